@@ -1,0 +1,73 @@
+/*
+ * uprobe.h - the C ABI of libuprobe.so, the in-process user-space probe runtime.
+ *
+ * Handler libraries include this header. They need not link against libuprobe.so:
+ * `uprobe-run` preloads it, so the symbols below resolve when the library is loaded.
+ *
+ * Handlers run in signal context on the trap path: call only async-signal-safe
+ * functions from them (uprobe_printf is one; printf and malloc are not).
+ */
+#ifndef UPROBE_H
+#define UPROBE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pt_regs {            /* x86_64 kernel UAPI order and names */
+  unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8,
+                rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss;
+};
+#define regs_return_value(regs) ((regs)->rax)
+
+enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
+
+struct uprobe {
+  pid_t pid;               /* 0 or getpid(): the runtime probes its own process */
+  unsigned long vaddr;     /* run-time address of the probed instruction        */
+  void (*handler)(struct uprobe *u, struct pt_regs *regs);
+  void (*registration_callback)(struct uprobe *u, int reg,
+                                enum uprobe_type type, int result);
+  const char *symbol_name; /* kprobe-style alternative to vaddr: "sym" or "module:sym" */
+  unsigned long offset;    /* added to symbol_name's address                          */
+  /* fields reserved for the runtime: zero them (static storage or memset) */
+  void *reserved[4];
+};
+
+struct uretprobe_instance;
+struct uretprobe {
+  struct uprobe u;
+  void (*handler)(struct uretprobe_instance *ri, struct pt_regs *regs);
+  int  (*entry_handler)(struct uretprobe_instance *ri, struct pt_regs *regs); /* !=0: skip this return */
+  size_t data_size;        /* per-instance private data, ri->data */
+  int maxactive;           /* per-thread pending returns; <=0: default */
+  unsigned long nmissed;   /* returns not probed for lack of room     */
+};
+struct uretprobe_instance {
+  struct uretprobe *rp;
+  unsigned long ret_addr;
+  unsigned long reserved[2];
+  char data[];
+};
+
+int  register_uprobe(struct uprobe *u);
+void unregister_uprobe(struct uprobe *u);
+int  register_uretprobe(struct uretprobe *rp);
+void unregister_uretprobe(struct uretprobe *rp);
+
+const char   *uprobe_param(const char *name);      /* value of `--param name=value`, or NULL   */
+int           uprobe_printf(const char *fmt, ...);  /* async-signal-safe, to the run's output */
+unsigned long uprobe_lookup(const char *spec);     /* "sym", "module:sym+off" -> address, 0 if none */
+
+/* Optional exports of a handler library. */
+int  uprobe_init(void);  /* after loading, in command-line order; non-zero aborts the run */
+void uprobe_exit(void);  /* at process exit, in reverse order */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UPROBE_H */

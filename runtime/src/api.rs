@@ -1,0 +1,210 @@
+//! The exported C functions of `include/uprobe.h`.
+//!
+//! Requests made from inside a handler are queued on the calling thread and carried out once
+//! the probe point's handlers have run (still on the hit path, so without `malloc`: the
+//! runtime allocates from its own allocator). A request is carried out only when the thread
+//! is not inside the runtime, so the registry's lock and the allocator are never re-entered.
+
+use core::ffi::{c_char, c_int, c_ulong, CStr};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::abi::{Uprobe, Uretprobe, UPTY_UPROBE};
+use crate::registry::{self, RegisterError};
+use crate::{output, trap};
+
+#[derive(Clone, Copy)]
+enum Request {
+    Register(*mut Uprobe),
+    Unregister(*mut Uprobe),
+}
+
+const QUEUE_LEN: usize = 32;
+
+thread_local! {
+    /// How deep this thread is inside runtime entry points.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static QUEUE: [Cell<Option<Request>>; QUEUE_LEN] = const { [const { Cell::new(None) }; QUEUE_LEN] };
+    static QUEUED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as inside the runtime for its lifetime.
+struct Inside;
+
+impl Inside {
+    fn enter() -> Inside {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+        run_deferred();
+    }
+}
+
+fn queue(request: Request) -> c_int {
+    QUEUED.with(|n| {
+        let i = n.get();
+        if i == QUEUE_LEN {
+            return -libc::EAGAIN;
+        }
+        QUEUE.with(|q| q[i].set(Some(request)));
+        n.set(i + 1);
+        -libc::EINPROGRESS
+    })
+}
+
+/// Carries out the requests handlers queued on this thread, when it is safe to (signal-safe:
+/// see the module doc).
+pub fn run_deferred() {
+    if DEPTH.with(Cell::get) != 0 || trap::in_handler() || QUEUED.with(Cell::get) == 0 {
+        return;
+    }
+    let _inside = Inside::enter();
+    let mut i = 0;
+    while i < QUEUED.with(Cell::get) {
+        let request = QUEUE.with(|q| q[i].take());
+        i += 1;
+        let (u, reg, result) = match request {
+            Some(Request::Register(u)) => (u, 1, do_register(u)),
+            Some(Request::Unregister(u)) => {
+                registry::unregister(u);
+                (u, 0, 0)
+            }
+            None => continue,
+        };
+        // SAFETY: `u` is the caller's probe object, valid per the C ABI; the callback is the
+        // user's function with the documented signature.
+        unsafe {
+            if let Some(callback) = (*u).registration_callback {
+                callback(u, reg, UPTY_UPROBE, result);
+            }
+        }
+    }
+    QUEUED.with(|n| n.set(0));
+}
+
+fn describe(u: &Uprobe) -> String {
+    if u.symbol_name.is_null() {
+        format!("{:#x}", u.vaddr)
+    } else {
+        // SAFETY: symbol_name is a C string when set (C ABI).
+        let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy();
+        if u.offset == 0 {
+            name.into_owned()
+        } else {
+            format!("{name}+{:#x}", u.offset)
+        }
+    }
+}
+
+fn do_register(u: *mut Uprobe) -> c_int {
+    match registry::register(u) {
+        Ok(_) => 0,
+        Err(e) => {
+            report(u, &e);
+            e.errno()
+        }
+    }
+}
+
+fn report(u: *mut Uprobe, e: &RegisterError) {
+    if *e != RegisterError::AlreadyRegistered {
+        // SAFETY: `u` is non-null and valid (checked by the caller, C ABI).
+        output::message(format_args!("register_uprobe({}): {e}", describe(unsafe { &*u })));
+    }
+}
+
+/// `int register_uprobe(struct uprobe *u)`.
+///
+/// # Safety
+/// `u` must point to a `struct uprobe` that stays valid until it is unregistered.
+#[no_mangle]
+pub unsafe extern "C" fn register_uprobe(u: *mut Uprobe) -> c_int {
+    if u.is_null() {
+        return -libc::EINVAL;
+    }
+    if trap::in_handler() {
+        return queue(Request::Register(u));
+    }
+    let _inside = Inside::enter();
+    do_register(u)
+}
+
+/// `void unregister_uprobe(struct uprobe *u)`.
+///
+/// # Safety
+/// `u` must be null, unregistered, or a registered probe object.
+#[no_mangle]
+pub unsafe extern "C" fn unregister_uprobe(u: *mut Uprobe) {
+    if u.is_null() {
+        return;
+    }
+    if trap::in_handler() {
+        queue(Request::Unregister(u));
+        return;
+    }
+    let _inside = Inside::enter();
+    registry::unregister(u);
+}
+
+/// `int register_uretprobe(struct uretprobe *rp)`: return probes are not available yet.
+///
+/// # Safety
+/// `rp` is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn register_uretprobe(_rp: *mut Uretprobe) -> c_int {
+    -libc::ENOSYS
+}
+
+/// `void unregister_uretprobe(struct uretprobe *rp)`.
+///
+/// # Safety
+/// `rp` is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn unregister_uretprobe(_rp: *mut Uretprobe) {}
+
+/// The `--param` values, as C strings, set once before any handler library is loaded.
+static PARAMS: AtomicPtr<Vec<(CString, CString)>> = AtomicPtr::new(core::ptr::null_mut());
+
+pub fn set_params(params: &[(String, String)]) {
+    let list: Vec<(CString, CString)> = params
+        .iter()
+        .filter_map(|(n, v)| Some((CString::new(n.as_str()).ok()?, CString::new(v.as_str()).ok()?)))
+        .collect();
+    PARAMS.store(Box::into_raw(Box::new(list)), Ordering::Release);
+}
+
+/// `const char *uprobe_param(const char *name)`.
+///
+/// # Safety
+/// `name` must be null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn uprobe_param(name: *const c_char) -> *const c_char {
+    let params = PARAMS.load(Ordering::Acquire);
+    if name.is_null() || params.is_null() {
+        return core::ptr::null();
+    }
+    // SAFETY: `name` is a C string (caller); the list is leaked, never freed or changed.
+    let (name, params) = unsafe { (CStr::from_ptr(name), &*params) };
+    params.iter().find(|(n, _)| n.as_c_str() == name).map_or(core::ptr::null(), |(_, v)| v.as_ptr())
+}
+
+/// `unsigned long uprobe_lookup(const char *spec)`.
+///
+/// # Safety
+/// `spec` must be null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn uprobe_lookup(spec: *const c_char) -> c_ulong {
+    if spec.is_null() {
+        return 0;
+    }
+    // SAFETY: `spec` is a C string (caller).
+    let spec = unsafe { CStr::from_ptr(spec) }.to_string_lossy();
+    let _inside = Inside::enter();
+    registry::lookup_spec(&spec).map_or(0, |a| a as c_ulong)
+}

@@ -1,0 +1,54 @@
+//! libuprobe.so: in-process user-space probes for x86_64 Linux.
+//!
+//! `uprobe-run` preloads this library into the probed program. Its constructor reads the run's
+//! specification, loads the handler libraries and calls their `uprobe_init`; they register
+//! probes through the C ABI in `include/uprobe.h`. A probe replaces the first byte of the probed
+//! instruction with `int3`; the SIGTRAP handler ([`trap`]) runs the handlers with the registers
+//! as a `struct pt_regs`, then emulates the displaced instruction in the signal context or
+//! resumes in an out-of-line copy of it ([`ssol`]). Nothing single-steps.
+//!
+//! Where things live:
+//! - [`decode`]: instruction boundaries, the plan for a displaced instruction, relocation (pure);
+//! - [`emulate`]: executing a planned instruction on a register file (pure);
+//! - [`trap`]: the SIGTRAP handler, i.e. the whole hit path;
+//! - [`registry`]: the probe table (lock-free on the hit path) and (un)registration;
+//! - [`patch`], [`ssol`]: writing live text and out-of-line slots;
+//! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
+//! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
+//! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
+//! - [`spec`]: what `uprobe-run` passes in the environment;
+//! - [`alloc`]: the runtime's own allocator, usable from signal context;
+//! - [`sys`]: every raw syscall the runtime makes.
+#![deny(unsafe_code)]
+
+pub mod abi;
+#[allow(unsafe_code)]
+pub mod alloc;
+#[allow(unsafe_code)]
+pub mod api;
+pub mod decode;
+pub mod emulate;
+#[allow(unsafe_code)]
+pub mod handlers;
+#[allow(unsafe_code)]
+mod init;
+pub mod maps;
+#[allow(unsafe_code)]
+pub mod output;
+#[allow(unsafe_code)]
+pub mod patch;
+#[allow(unsafe_code)]
+pub mod printf;
+#[allow(unsafe_code)]
+pub mod registry;
+pub mod resolve;
+pub mod spec;
+#[allow(unsafe_code)]
+pub mod ssol;
+#[allow(unsafe_code)]
+pub mod sys;
+#[allow(unsafe_code)]
+pub mod trap;
+
+#[global_allocator]
+static ALLOCATOR: alloc::RuntimeAlloc = alloc::RuntimeAlloc;

@@ -1,0 +1,453 @@
+//! The probe table and (un)registration.
+//!
+//! A probe point is one patched address. Probe points live in a fixed open-addressing table
+//! that the hit path reads without locks, and are never freed: a thread that trapped on an
+//! `int3` may look its probe point up after the probe was removed, and then still finds how to
+//! run the displaced instruction. The list of a point's consumers (the registered `struct
+//! uprobe`s) is an immutable snapshot swapped atomically; an old snapshot is freed only after
+//! every hit that could have read it has finished (a two-counter grace period, as in SRCU),
+//! which is also what lets `unregister_uprobe` promise that none of its handlers still runs.
+//!
+//! Registration and removal take one mutex; they run in normal context, or on the hit path
+//! for requests made from inside a handler, never re-entrantly on one thread (see `api`).
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use thiserror::Error;
+
+use crate::abi::Uprobe;
+use crate::decode::{self, BoundaryError, Plan, PlanError, MAX_INSN_LEN};
+use crate::maps::{self, Mapping};
+use crate::resolve::{self, ElfInfo, LoadedModule, ProbeSpec};
+use crate::ssol::{SlotError, Slots};
+use crate::{patch, sys};
+
+const INT3: u8 = 0xcc;
+const TABLE_BITS: u32 = 18;
+const TABLE_SIZE: usize = 1 << TABLE_BITS;
+
+/// One patched address.
+pub struct ProbePoint {
+    pub addr: usize,
+    /// The displaced instruction's original bytes.
+    pub orig: [u8; MAX_INSN_LEN],
+    pub len: usize,
+    pub plan: Plan,
+    /// The out-of-line copy, for `Plan::OutOfLine`.
+    pub slot: usize,
+    /// Null while no probe is registered here (the original byte is back in place).
+    pub consumers: AtomicPtr<Consumers>,
+    /// Hits, and hits that ran no handler because the thread was already in one.
+    pub hits: AtomicU64,
+    pub missed: AtomicU64,
+}
+
+/// The probes registered at one address, in registration order.
+pub struct Consumers {
+    pub probes: Vec<*mut Uprobe>,
+}
+
+static TABLE: [AtomicPtr<ProbePoint>; TABLE_SIZE] = [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLE_SIZE];
+
+fn hash(addr: usize) -> usize {
+    (addr as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize >> (usize::BITS - TABLE_BITS)
+}
+
+/// The probe point at `addr`, if one was ever made (lock-free; signal-safe).
+pub fn lookup(addr: usize) -> Option<&'static ProbePoint> {
+    let mut i = hash(addr);
+    loop {
+        let p = TABLE[i].load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: table entries point to leaked, never-freed probe points.
+        let pp = unsafe { &*p };
+        if pp.addr == addr {
+            return Some(pp);
+        }
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+}
+
+/// Puts `pp` in the table, replacing the point at the same address if any. Under the lock.
+fn insert(pp: &'static ProbePoint) -> Result<(), RegisterError> {
+    let mut i = hash(pp.addr);
+    for _ in 0..TABLE_SIZE / 2 {
+        let p = TABLE[i].load(Ordering::Acquire);
+        // SAFETY: as in `lookup`.
+        if p.is_null() || unsafe { (*p).addr } == pp.addr {
+            TABLE[i].store(pp as *const ProbePoint as *mut ProbePoint, Ordering::Release);
+            return Ok(());
+        }
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+    Err(RegisterError::TableFull)
+}
+
+// Grace periods: readers count themselves in one of two counters; a writer waits for both to
+// drain after unpublishing, flipping the epoch so that new readers use the other counter.
+static EPOCH: AtomicUsize = AtomicUsize::new(0);
+static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Starts a read-side section (signal-safe). Pass the result to [`read_unlock`].
+pub fn read_lock() -> usize {
+    let i = EPOCH.load(Ordering::SeqCst) & 1;
+    READERS[i].fetch_add(1, Ordering::SeqCst);
+    i
+}
+
+pub fn read_unlock(i: usize) {
+    READERS[i].fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Waits until every read-side section that started before the call has ended.
+fn synchronize() {
+    for _ in 0..2 {
+        let old = EPOCH.fetch_add(1, Ordering::SeqCst) & 1;
+        while READERS[old].load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Replaces `pp`'s consumers and frees the old list once no hit can be reading it.
+fn publish(pp: &ProbePoint, probes: Vec<*mut Uprobe>) {
+    let new = if probes.is_empty() { core::ptr::null_mut() } else { Box::into_raw(Box::new(Consumers { probes })) };
+    let old = pp.consumers.swap(new, Ordering::SeqCst);
+    if !old.is_null() {
+        synchronize();
+        // SAFETY: `old` came from Box::into_raw above, is unpublished, and the grace period
+        // has ended, so no reader holds it.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+fn current_probes(pp: &ProbePoint) -> Vec<*mut Uprobe> {
+    let p = pp.consumers.load(Ordering::SeqCst);
+    // SAFETY: lists are only freed under the registry lock, which the caller holds.
+    if p.is_null() {
+        Vec::new()
+    } else {
+        unsafe { (*p).probes.clone() }
+    }
+}
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RegisterError {
+    #[error("pid {0} is not this process ({1})")]
+    OtherProcess(i32, i32),
+    #[error("this probe object is already registered")]
+    AlreadyRegistered,
+    #[error("neither vaddr nor symbol_name is set")]
+    NoAddress,
+    #[error("symbol {0:?} not found in any loaded module")]
+    UnknownSymbol(String),
+    #[error("module {module:?} is not loaded (symbol {symbol:?})")]
+    UnknownModule { module: String, symbol: String },
+    #[error("bad probe specification {0:?}: {1}")]
+    BadSpec(String, resolve::SpecError),
+    #[error("{0:#x} is not in executable code")]
+    NotCode(usize),
+    #[error("{0:#x} is inside the runtime itself")]
+    InRuntime(usize),
+    #[error("{addr:#x} is not an instruction boundary of {function}: {source}")]
+    NotBoundary { addr: usize, function: String, source: BoundaryError },
+    #[error("{0:#x} does not decode as an instruction")]
+    Undecodable(usize),
+    #[error("{0:#x} holds a breakpoint that is not ours")]
+    ForeignBreakpoint(usize),
+    #[error("the instruction at {addr:#x} cannot be probed: {source}")]
+    Unsupported { addr: usize, source: PlanError },
+    #[error("the instruction at {addr:#x} needs an out-of-line slot: {source}")]
+    Slot { addr: usize, source: SlotError },
+    #[error("cannot patch {addr:#x}: {source}")]
+    Patch { addr: usize, source: patch::PatchError },
+    #[error("the probe table is full")]
+    TableFull,
+}
+
+impl RegisterError {
+    /// The negative errno `register_uprobe` returns for this error.
+    pub fn errno(&self) -> i32 {
+        use RegisterError::*;
+        -match self {
+            OtherProcess(..) => libc::ESRCH,
+            AlreadyRegistered => libc::EEXIST,
+            UnknownSymbol(_) | UnknownModule { .. } => libc::ENOENT,
+            ForeignBreakpoint(_) => libc::EBUSY,
+            Slot { .. } | TableFull => libc::ENOMEM,
+            Patch { source, .. } => source.errno,
+            NoAddress
+            | BadSpec(..)
+            | NotCode(_)
+            | InRuntime(_)
+            | NotBoundary { .. }
+            | Undecodable(_)
+            | Unsupported { .. } => libc::EINVAL,
+        }
+    }
+}
+
+struct State {
+    /// Registered probe objects and their addresses.
+    registered: BTreeMap<usize, usize>,
+    elf: BTreeMap<String, Arc<ElfInfo>>,
+    slots: Slots,
+}
+
+static STATE: Mutex<State> =
+    Mutex::new(State { registered: BTreeMap::new(), elf: BTreeMap::new(), slots: Slots::new() });
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The address of this library's own code, to refuse probes inside the runtime.
+fn runtime_addr() -> usize {
+    lookup as *const () as usize
+}
+
+impl State {
+    fn elf(&mut self, path: &str) -> Option<Arc<ElfInfo>> {
+        if let Some(info) = self.elf.get(path) {
+            return Some(info.clone());
+        }
+        let data = std::fs::read(path).ok()?;
+        let info = Arc::new(ElfInfo::parse(&data).ok()?);
+        self.elf.insert(path.to_string(), info.clone());
+        Some(info)
+    }
+
+    /// The run-time address of `name` in `module`, following IFUNCs to their implementation.
+    fn symbol_in(&mut self, module: &LoadedModule, name: &str) -> Option<usize> {
+        let info = self.elf(&module.path)?;
+        let sym = info.symbol(name)?;
+        let bias = info.bias(module.first_start, module.first_offset)?;
+        if sym.ifunc {
+            return ifunc_target(&module.path, name);
+        }
+        Some(bias.wrapping_add(sym.value as usize))
+    }
+
+    fn resolve(&mut self, spec: &ProbeSpec, maps: &[Mapping]) -> Result<usize, RegisterError> {
+        let (module, name, offset) = match *spec {
+            ProbeSpec::Address(a) => return Ok(a as usize),
+            ProbeSpec::Symbol { module, name, offset } => (module, name, offset as usize),
+        };
+        let modules = resolve::loaded_modules(maps);
+        let candidates: Vec<&LoadedModule> = match module {
+            Some(m) => {
+                let found: Vec<_> = modules.iter().filter(|x| resolve::module_matches(&x.path, m)).collect();
+                if found.is_empty() {
+                    return Err(RegisterError::UnknownModule { module: m.into(), symbol: name.into() });
+                }
+                found
+            }
+            None => modules.iter().collect(),
+        };
+        candidates
+            .into_iter()
+            .find_map(|m| self.symbol_in(m, name))
+            .map(|a| a.wrapping_add(offset))
+            .ok_or_else(|| RegisterError::UnknownSymbol(name.into()))
+    }
+
+    /// The bytes of the function holding `addr` as they were before any probe, its name, and
+    /// its start; None where no sized symbol covers the address.
+    fn function_at(&mut self, addr: usize, maps: &[Mapping]) -> Option<(String, usize, Vec<u8>)> {
+        let modules = resolve::loaded_modules(maps);
+        let module = modules.iter().find(|m| m.holds(addr))?;
+        let info = self.elf(&module.path)?;
+        let bias = info.bias(module.first_start, module.first_offset)?;
+        let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
+        let start = bias.wrapping_add(sym.value as usize);
+        maps::find(maps, start).filter(|m| m.exec && start + sym.size as usize <= m.end)?;
+        // SAFETY: the whole symbol lies inside one executable (hence readable) mapping.
+        let mut bytes = unsafe { patch::read_code(start, sym.size as usize) };
+        unpatch(&mut bytes, start);
+        Some((sym.name.clone(), start, bytes))
+    }
+}
+
+/// Puts back the original first byte of every armed probe point inside `bytes` (at `start`).
+fn unpatch(bytes: &mut [u8], start: usize) {
+    for (i, b) in bytes.iter_mut().enumerate() {
+        if *b == INT3 {
+            if let Some(pp) = lookup(start + i).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
+                *b = pp.orig[0];
+            }
+        }
+    }
+}
+
+/// The implementation an IFUNC symbol resolves to, as the dynamic loader chose it.
+fn ifunc_target(path: &str, name: &str) -> Option<usize> {
+    let path = std::ffi::CString::new(path).ok()?;
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: RTLD_NOLOAD only looks up a library that is already loaded; dlsym is given
+    // NUL-terminated strings and a handle that dlopen returned.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if handle.is_null() {
+            return None;
+        }
+        let addr = libc::dlsym(handle, name.as_ptr());
+        libc::dlclose(handle);
+        (!addr.is_null()).then_some(addr as usize)
+    }
+}
+
+/// Where a probe object asks to be placed.
+fn target_of(u: &Uprobe) -> Result<ProbeSpecOwned, RegisterError> {
+    if !u.symbol_name.is_null() {
+        // SAFETY: the C ABI says symbol_name is a NUL-terminated string when set.
+        let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy().into_owned();
+        return Ok(ProbeSpecOwned::Symbol(name, u.offset as u64));
+    }
+    if u.vaddr == 0 {
+        return Err(RegisterError::NoAddress);
+    }
+    Ok(ProbeSpecOwned::Address(u.vaddr as usize))
+}
+
+enum ProbeSpecOwned {
+    Address(usize),
+    Symbol(String, u64),
+}
+
+/// The run-time address of a probe specification string (`uprobe_lookup`).
+pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
+    let parsed = resolve::parse_spec(spec).map_err(|e| RegisterError::BadSpec(spec.into(), e))?;
+    state().resolve(&parsed, &maps::current())
+}
+
+/// Registers `u` (normal context, or the hit path on behalf of a handler).
+pub fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
+    // SAFETY: the caller passes a probe object that stays valid while registered (C ABI).
+    let probe = unsafe { &*u };
+    let me = sys::getpid();
+    if probe.pid != 0 && probe.pid != me {
+        return Err(RegisterError::OtherProcess(probe.pid, me));
+    }
+    let target = target_of(probe)?;
+    let mut st = state();
+    if st.registered.contains_key(&(u as usize)) {
+        return Err(RegisterError::AlreadyRegistered);
+    }
+    let maps = maps::current();
+    let addr = match target {
+        ProbeSpecOwned::Address(a) => a,
+        ProbeSpecOwned::Symbol(name, offset) => {
+            let spec = resolve::parse_spec(&name).map_err(|e| RegisterError::BadSpec(name.clone(), e))?;
+            st.resolve(&spec, &maps)?.wrapping_add(offset as usize)
+        }
+    };
+    let pp = match lookup(addr).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
+        Some(pp) => pp,
+        None => arm(&mut st, addr, &maps)?,
+    };
+    let mut probes = current_probes(pp);
+    probes.push(u);
+    publish(pp, probes);
+    st.registered.insert(u as usize, addr);
+    Ok(addr)
+}
+
+/// Makes `addr` a live probe point: checks it, prepares the displaced instruction, writes the
+/// `int3`. Returns with no consumers published yet (the hit path then runs no handler).
+fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePoint, RegisterError> {
+    let mapping = maps::find(maps, addr).filter(|m| m.exec).ok_or(RegisterError::NotCode(addr))?;
+    if mapping.path == "[vsyscall]" {
+        return Err(RegisterError::NotCode(addr));
+    }
+    if mapping.contains(runtime_addr()) {
+        return Err(RegisterError::InRuntime(addr));
+    }
+    // SAFETY: the mapping is executable, hence readable; reads stop at its end.
+    if unsafe { *(addr as *const u8) } == INT3 {
+        return Err(RegisterError::ForeignBreakpoint(addr));
+    }
+    let insn =
+        match st.function_at(addr, maps) {
+            Some((name, start, bytes)) => {
+                decode::check_boundary(&bytes, start as u64, addr as u64)
+                    .map_err(|source| RegisterError::NotBoundary { addr, function: name.clone(), source })?;
+                decode::decode_at(&bytes[addr - start..], addr as u64)
+            }
+            None => {
+                let len = MAX_INSN_LEN.min(mapping.end - addr);
+                // SAFETY: the range lies inside the executable mapping.
+                let mut bytes = unsafe { patch::read_code(addr, len) };
+                unpatch(&mut bytes, addr);
+                decode::decode_at(&bytes, addr as u64)
+            }
+        }
+        .ok_or(RegisterError::Undecodable(addr))?;
+    let reuse = lookup(addr).filter(|pp| {
+        // SAFETY: the old point's bytes were read from this mapping, which is still there.
+        pp.len == insn.len() && unsafe { patch::read_code(addr, pp.len) } == pp.orig[..pp.len]
+    });
+    let pp = match reuse {
+        Some(pp) => pp,
+        None => {
+            let plan = decode::plan(&insn).map_err(|source| match source {
+                PlanError::Breakpoint => RegisterError::ForeignBreakpoint(addr),
+                _ => RegisterError::Unsupported { addr, source },
+            })?;
+            let slot = match plan {
+                Plan::OutOfLine => st
+                    .slots
+                    .alloc(addr, |slot| decode::relocate(&insn, slot as u64).ok(), maps)
+                    .map_err(|source| RegisterError::Slot { addr, source })?,
+                Plan::Emulate(_) => 0,
+            };
+            let mut orig = [0; MAX_INSN_LEN];
+            // SAFETY: the instruction lies inside the executable mapping.
+            orig[..insn.len()].copy_from_slice(&unsafe { patch::read_code(addr, insn.len()) });
+            let pp: &'static ProbePoint = Box::leak(Box::new(ProbePoint {
+                addr,
+                orig,
+                len: insn.len(),
+                plan,
+                slot,
+                consumers: AtomicPtr::new(core::ptr::null_mut()),
+                hits: AtomicU64::new(0),
+                missed: AtomicU64::new(0),
+            }));
+            insert(pp)?;
+            pp
+        }
+    };
+    patch::write_code(addr, &[INT3], mapping.prot()).map_err(|source| RegisterError::Patch { addr, source })?;
+    Ok(pp)
+}
+
+/// Removes `u`; when it was the last probe at its address, the original byte goes back.
+/// On return no handler of `u` is running or will run.
+pub fn unregister(u: *mut Uprobe) {
+    let mut st = state();
+    let Some(addr) = st.registered.remove(&(u as usize)) else {
+        return;
+    };
+    let Some(pp) = lookup(addr) else {
+        return;
+    };
+    let mut probes = current_probes(pp);
+    probes.retain(|&p| p != u);
+    if probes.is_empty() {
+        let prot = maps::find(&maps::current(), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
+        // A failure leaves the int3 in place: hits then run no handler and stay correct.
+        let _ = patch::write_code(addr, &pp.orig[..1], prot);
+    }
+    publish(pp, probes);
+    drop(st);
+}
+
+/// The address a registered probe object was placed at.
+pub fn address_of(u: *mut Uprobe) -> Option<usize> {
+    state().registered.get(&(u as usize)).copied()
+}
