@@ -46,4 +46,5 @@ pub extern "C" fn run_exits() {
         unsafe { exit() };
     }
     output::flush();
+    crate::registry::report_missed();
 }

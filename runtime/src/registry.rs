@@ -451,3 +451,35 @@ pub fn unregister(u: *mut Uprobe) {
 pub fn address_of(u: *mut Uprobe) -> Option<usize> {
     state().registered.get(&(u as usize)).copied()
 }
+
+/// `symbol+0xoff` for a run-time code address, where a symbol covers it.
+pub fn symbolize(addr: usize) -> Option<String> {
+    let maps = maps::current();
+    let modules = resolve::loaded_modules(&maps);
+    let module = modules.iter().find(|m| m.holds(addr))?;
+    let info = state().elf(&module.path)?;
+    let bias = info.bias(module.first_start, module.first_offset)?;
+    let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
+    Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
+}
+
+/// Says, for every probe point, how many hits ran no handler because the thread was already
+/// running one (process exit).
+pub fn report_missed() {
+    for entry in TABLE.iter() {
+        let p = entry.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: as in `lookup`.
+        let pp = unsafe { &*p };
+        let missed = pp.missed.load(Ordering::Relaxed);
+        if missed > 0 {
+            let name = symbolize(pp.addr).unwrap_or_default();
+            crate::output::message(format_args!(
+                "probe at {:#x} ({name}): {missed} hits ran no handler (the thread was already in a handler)",
+                pp.addr
+            ));
+        }
+    }
+}

@@ -1,1 +1,191 @@
-//! Helpers for the integration tests.
+//! Helpers for the integration tests: build the workspace and the C fixtures, run programs
+//! under `uprobe-run`, and read what the handlers printed.
+//!
+//! Fixture programs live in `tests/fixtures`, test-only handler libraries in `tests/handlers`;
+//! both are compiled with the system `gcc` at test time into `target/fixtures`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, Once};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Where `cargo build --release` puts the runtime, the CLI and the handler libraries.
+pub fn release_dir() -> PathBuf {
+    target_dir().join("release")
+}
+
+/// Builds the whole workspace in release mode once per test process.
+pub fn ensure_built() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--workspace", "--quiet"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build --release failed");
+    });
+}
+
+pub fn uprobe_run() -> PathBuf {
+    ensure_built();
+    release_dir().join("uprobe-run")
+}
+
+/// A built artefact of the workspace (`libcount.so`, `uprobe_example.so`, ...).
+pub fn artefact(name: &str) -> PathBuf {
+    ensure_built();
+    let path = release_dir().join(name);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+fn fixtures_out() -> PathBuf {
+    let dir = target_dir().join("fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+static COMPILE: Mutex<()> = Mutex::new(());
+
+/// Compiles `sources` (paths relative to `tests/`) with gcc into `target/fixtures/out`.
+pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
+    let _one_at_a_time = COMPILE.lock().unwrap_or_else(|e| e.into_inner());
+    let tests = workspace_root().join("tests");
+    let dest = fixtures_out().join(out);
+    let newest_source = sources
+        .iter()
+        .filter_map(|s| std::fs::metadata(tests.join(s)).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap();
+    let fresh = std::fs::metadata(&dest).and_then(|m| m.modified()).is_ok_and(|t| t >= newest_source);
+    if !fresh {
+        let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
+        let output = Command::new("gcc")
+            .args(sources.iter().map(|s| tests.join(s)))
+            .args(flags)
+            .arg("-I")
+            .arg(workspace_root().join("runtime/include"))
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .expect("run gcc");
+        assert!(output.status.success(), "gcc {out} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        std::fs::rename(&tmp, &dest).unwrap();
+    }
+    dest
+}
+
+/// A fixture program from `tests/fixtures/NAME.c`, built with `flags`.
+pub fn fixture(name: &str, flags: &[&str]) -> PathBuf {
+    gcc(name, &[&format!("fixtures/{name}.c")], flags)
+}
+
+/// A test handler library from `tests/handlers/NAME.c`.
+pub fn test_handler(name: &str) -> PathBuf {
+    gcc(&format!("{name}.so"), &[&format!("handlers/{name}.c")], &["-shared", "-fPIC", "-O2", "-Wall", "-Werror"])
+}
+
+/// One run of a program under uprobe-run.
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// What the runtime and the handlers wrote (`-o` file).
+    pub output: String,
+}
+
+impl Run {
+    /// Output lines starting with `prefix`, prefix removed.
+    pub fn lines_with(&self, prefix: &str) -> Vec<String> {
+        self.output.lines().filter_map(|l| l.strip_prefix(prefix)).map(str::to_string).collect()
+    }
+}
+
+/// Runs `uprobe-run ARGS` with `-o` pointing to a fresh file, and collects everything.
+pub fn run_uprobe(args: &[&str]) -> Run {
+    let out = tempfile("out");
+    let output = Command::new(uprobe_run())
+        .arg("-o")
+        .arg(&out)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run uprobe-run");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    finish(output, text)
+}
+
+/// Runs a program directly, without the runtime.
+pub fn run_plain(program: &Path, args: &[&str]) -> Output {
+    Command::new(program).args(args).stdin(Stdio::null()).output().expect("run program")
+}
+
+fn finish(output: Output, text: String) -> Run {
+    Run {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        output: text,
+    }
+}
+
+/// A fresh path under target/fixtures/tmp.
+pub fn tempfile(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = fixtures_out().join("tmp");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// The address `nm` gives for `symbol` in `program`.
+pub fn nm_address(program: &Path, symbol: &str) -> u64 {
+    let out = Command::new("nm").arg(program).output().expect("run nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (addr, _kind, name) = (f.next()?, f.next()?, f.next()?);
+            (name == symbol).then(|| u64::from_str_radix(addr, 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("{symbol} not in nm {}", program.display()))
+}
+
+/// Instruction offsets of `symbol` in `program`, from `objdump -d`, with their mnemonics.
+pub fn instructions(program: &Path, symbol: &str) -> Vec<(u64, String)> {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", &format!("--disassemble={symbol}")])
+        .arg(program)
+        .output()
+        .expect("run objdump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = nm_address(program, symbol);
+    text.lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.trim_start().split_once(":\t")?;
+            let addr = u64::from_str_radix(addr, 16).ok()?;
+            Some((addr - start, rest.split_whitespace().next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The parsed table the `count` handler prints at exit: (spec, hits) in order.
+pub fn count_table(run: &Run) -> Vec<(String, u64)> {
+    run.lines_with("count: ")
+        .iter()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] != "HITS").then(|| (f[0].to_string(), f[2].parse().unwrap()))
+        })
+        .collect()
+}
