@@ -46,6 +46,11 @@ impl Drop for Inside {
     }
 }
 
+/// Whether the calling thread is inside a runtime entry point (signal-safe).
+pub fn inside_runtime() -> bool {
+    DEPTH.with(Cell::get) != 0
+}
+
 fn queue(request: Request) -> c_int {
     QUEUED.with(|n| {
         let i = n.get();
@@ -103,7 +108,8 @@ fn describe(u: &Uprobe) -> String {
 }
 
 fn do_register(u: *mut Uprobe) -> c_int {
-    match registry::register(u) {
+    // SAFETY: `u` came through register_uprobe, whose contract keeps it valid while registered.
+    match unsafe { registry::register(u) } {
         Ok(_) => 0,
         Err(e) => {
             report(u, &e);

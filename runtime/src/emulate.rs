@@ -64,7 +64,7 @@ pub fn arith_flags(a: u64, b: u64, r: u64, sub: bool) -> u64 {
     if carry {
         flags |= CF;
     }
-    if (r as u8).count_ones() % 2 == 0 {
+    if (r as u8).count_ones().is_multiple_of(2) {
         flags |= PF;
     }
     if (a ^ b ^ r) & 0x10 != 0 {

@@ -152,6 +152,8 @@ pub enum RegisterError {
     BadSpec(String, resolve::SpecError),
     #[error("{0:#x} is not in executable code")]
     NotCode(usize),
+    #[error("{0:#x} is in {1}, which the kernel does not let a process patch")]
+    KernelPage(usize, String),
     #[error("{0:#x} is inside the runtime itself")]
     InRuntime(usize),
     #[error("{addr:#x} is not an instruction boundary of {function}: {source}")]
@@ -184,6 +186,7 @@ impl RegisterError {
             NoAddress
             | BadSpec(..)
             | NotCode(_)
+            | KernelPage(..)
             | InRuntime(_)
             | NotBoundary { .. }
             | Undecodable(_)
@@ -197,10 +200,31 @@ struct State {
     registered: BTreeMap<usize, usize>,
     elf: BTreeMap<String, Arc<ElfInfo>>,
     slots: Slots,
+    /// The address space as last read, and the loader's (adds, subs) counters then.
+    maps: Option<Arc<Vec<Mapping>>>,
+    maps_generation: (u64, u64),
 }
 
-static STATE: Mutex<State> =
-    Mutex::new(State { registered: BTreeMap::new(), elf: BTreeMap::new(), slots: Slots::new() });
+static STATE: Mutex<State> = Mutex::new(State {
+    registered: BTreeMap::new(),
+    elf: BTreeMap::new(),
+    slots: Slots::new(),
+    maps: None,
+    maps_generation: (0, 0),
+});
+
+/// The dynamic loader's counts of objects loaded and unloaded so far.
+fn loader_generation() -> (u64, u64) {
+    extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, out: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: the loader passes a valid dl_phdr_info; `out` is the (u64, u64) we passed.
+        unsafe { *(out as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
+        1
+    }
+    let mut generation = (0u64, 0u64);
+    // SAFETY: the callback matches dl_iterate_phdr's signature and writes only `generation`.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut generation as *mut (u64, u64) as *mut libc::c_void) };
+    generation
+}
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
@@ -212,6 +236,23 @@ fn runtime_addr() -> usize {
 }
 
 impl State {
+    /// The address space, re-read only when the loader mapped or unmapped a module since the
+    /// last read, or when `addr` is not in known executable memory: reading /proc/self/maps at
+    /// every registration makes probing thousands of functions slow.
+    fn maps(&mut self, addr: Option<usize>) -> Arc<Vec<Mapping>> {
+        let generation = loader_generation();
+        let fresh = self.maps.as_ref().filter(|maps| {
+            generation == self.maps_generation && addr.is_none_or(|a| maps::find(maps, a).is_some_and(|m| m.exec))
+        });
+        if let Some(maps) = fresh {
+            return maps.clone();
+        }
+        let maps = Arc::new(maps::current());
+        self.maps = Some(maps.clone());
+        self.maps_generation = generation;
+        maps
+    }
+
     fn elf(&mut self, path: &str) -> Option<Arc<ElfInfo>> {
         if let Some(info) = self.elf.get(path) {
             return Some(info.clone());
@@ -227,10 +268,10 @@ impl State {
         let info = self.elf(&module.path)?;
         let sym = info.symbol(name)?;
         let bias = info.bias(module.first_start, module.first_offset)?;
-        if sym.ifunc {
-            return ifunc_target(&module.path, name);
-        }
-        Some(bias.wrapping_add(sym.value as usize))
+        let addr = bias.wrapping_add(sym.value as usize);
+        // An IFUNC's own address is its resolver: probe the implementation the loader chose,
+        // or the resolver where the loader does not say (private symbols).
+        Some(if sym.ifunc { ifunc_target(&module.path, name).unwrap_or(addr) } else { addr })
     }
 
     fn resolve(&mut self, spec: &ProbeSpec, maps: &[Mapping]) -> Result<usize, RegisterError> {
@@ -306,7 +347,7 @@ fn target_of(u: &Uprobe) -> Result<ProbeSpecOwned, RegisterError> {
     if !u.symbol_name.is_null() {
         // SAFETY: the C ABI says symbol_name is a NUL-terminated string when set.
         let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy().into_owned();
-        return Ok(ProbeSpecOwned::Symbol(name, u.offset as u64));
+        return Ok(ProbeSpecOwned::Symbol(name, u.offset));
     }
     if u.vaddr == 0 {
         return Err(RegisterError::NoAddress);
@@ -322,11 +363,16 @@ enum ProbeSpecOwned {
 /// The run-time address of a probe specification string (`uprobe_lookup`).
 pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
     let parsed = resolve::parse_spec(spec).map_err(|e| RegisterError::BadSpec(spec.into(), e))?;
-    state().resolve(&parsed, &maps::current())
+    let mut st = state();
+    let maps = st.maps(None);
+    st.resolve(&parsed, &maps)
 }
 
 /// Registers `u` (normal context, or the hit path on behalf of a handler).
-pub fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
+///
+/// # Safety
+/// `u` must point to a `struct uprobe` that stays valid until it is unregistered.
+pub unsafe fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
     // SAFETY: the caller passes a probe object that stays valid while registered (C ABI).
     let probe = unsafe { &*u };
     let me = sys::getpid();
@@ -338,14 +384,15 @@ pub fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
     if st.registered.contains_key(&(u as usize)) {
         return Err(RegisterError::AlreadyRegistered);
     }
-    let maps = maps::current();
     let addr = match target {
         ProbeSpecOwned::Address(a) => a,
         ProbeSpecOwned::Symbol(name, offset) => {
             let spec = resolve::parse_spec(&name).map_err(|e| RegisterError::BadSpec(name.clone(), e))?;
+            let maps = st.maps(None);
             st.resolve(&spec, &maps)?.wrapping_add(offset as usize)
         }
     };
+    let maps = st.maps(Some(addr));
     let pp = match lookup(addr).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
         Some(pp) => pp,
         None => arm(&mut st, addr, &maps)?,
@@ -361,8 +408,8 @@ pub fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
 /// `int3`. Returns with no consumers published yet (the hit path then runs no handler).
 fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePoint, RegisterError> {
     let mapping = maps::find(maps, addr).filter(|m| m.exec).ok_or(RegisterError::NotCode(addr))?;
-    if mapping.path == "[vsyscall]" {
-        return Err(RegisterError::NotCode(addr));
+    if matches!(mapping.path.as_str(), "[vdso]" | "[vsyscall]") {
+        return Err(RegisterError::KernelPage(addr, mapping.path.clone()));
     }
     if mapping.contains(runtime_addr()) {
         return Err(RegisterError::InRuntime(addr));
@@ -401,7 +448,7 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
             let slot = match plan {
                 Plan::OutOfLine => st
                     .slots
-                    .alloc(addr, |slot| decode::relocate(&insn, slot as u64).ok(), maps)
+                    .alloc(addr, |slot| decode::relocate(&insn, slot as u64).ok())
                     .map_err(|source| RegisterError::Slot { addr, source })?,
                 Plan::Emulate(_) => 0,
             };
@@ -439,7 +486,7 @@ pub fn unregister(u: *mut Uprobe) {
     let mut probes = current_probes(pp);
     probes.retain(|&p| p != u);
     if probes.is_empty() {
-        let prot = maps::find(&maps::current(), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
+        let prot = maps::find(&st.maps(Some(addr)), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
         // A failure leaves the int3 in place: hits then run no handler and stay correct.
         let _ = patch::write_code(addr, &pp.orig[..1], prot);
     }
@@ -454,10 +501,11 @@ pub fn address_of(u: *mut Uprobe) -> Option<usize> {
 
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
 pub fn symbolize(addr: usize) -> Option<String> {
-    let maps = maps::current();
+    let mut st = state();
+    let maps = st.maps(Some(addr));
     let modules = resolve::loaded_modules(&maps);
     let module = modules.iter().find(|m| m.holds(addr))?;
-    let info = state().elf(&module.path)?;
+    let info = st.elf(&module.path)?;
     let bias = info.bias(module.first_start, module.first_offset)?;
     let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
     Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
@@ -477,7 +525,7 @@ pub fn report_missed() {
         if missed > 0 {
             let name = symbolize(pp.addr).unwrap_or_default();
             crate::output::message(format_args!(
-                "probe at {:#x} ({name}): {missed} hits ran no handler (the thread was already in a handler)",
+                "probe at {:#x} ({name}): {missed} hits ran no handler (they came from a handler or from the runtime itself)",
                 pp.addr
             ));
         }

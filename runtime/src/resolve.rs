@@ -95,7 +95,7 @@ impl ElfInfo {
         let mut symbols: Vec<Symbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+            .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
             .filter_map(|s| {
                 let ifunc = matches!(s.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == STT_GNU_IFUNC);
                 let name = s.name().ok()?;
@@ -146,6 +146,7 @@ impl ElfInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadedModule {
     pub path: String,
+    pub inode: u64,
     pub first_start: usize,
     pub first_offset: usize,
     /// The executable ranges of the module.
@@ -162,7 +163,9 @@ impl LoadedModule {
 pub fn loaded_modules(maps: &[Mapping]) -> Vec<LoadedModule> {
     let mut modules: Vec<LoadedModule> = Vec::new();
     for m in maps.iter().filter(|m| m.is_file()) {
-        match modules.iter_mut().find(|x| x.path == m.path) {
+        // Compared by inode, not path: this runs at every registration, and string compares
+        // call memcmp, which may itself be probed.
+        match modules.iter_mut().find(|x| x.inode == m.inode && x.path.len() == m.path.len()) {
             Some(x) => {
                 if m.offset < x.first_offset {
                     x.first_offset = m.offset;
@@ -174,6 +177,7 @@ pub fn loaded_modules(maps: &[Mapping]) -> Vec<LoadedModule> {
             }
             None => modules.push(LoadedModule {
                 path: m.path.clone(),
+                inode: m.inode,
                 first_start: m.start,
                 first_offset: m.offset,
                 text: if m.exec { vec![(m.start, m.end)] } else { vec![] },

@@ -4,7 +4,7 @@
 //! the address space closest to the probed module. Slots are never freed: a thread may still
 //! be running in one after its probe is gone.
 
-use crate::maps::Mapping;
+use crate::maps::{self, Mapping};
 use crate::patch;
 use crate::sys::{self, PAGE_SIZE};
 
@@ -60,24 +60,32 @@ pub fn place_near(maps: &[Mapping], near: usize, len: usize, reach: usize) -> Op
     best
 }
 
+/// Maps a new area near `near`. The address space is read afresh each time: other threads,
+/// and the runtime's own allocator, map memory too.
+fn map_near(near: usize) -> Result<usize, SlotError> {
+    let mut last = SlotError::NoRoom { near };
+    for _ in 0..8 {
+        let base = place_near(&maps::current(), near, AREA_SIZE, REACH).ok_or(SlotError::NoRoom { near })?;
+        match sys::mmap_anon_at(base, AREA_SIZE, PROT) {
+            Ok(base) => return Ok(base),
+            Err(errno) => last = SlotError::Map { base, errno },
+        }
+    }
+    Err(last)
+}
+
 impl Slots {
     /// A fresh slot within reach of `near`, holding `code`.
-    pub fn alloc(
-        &mut self,
-        near: usize,
-        code: impl Fn(usize) -> Option<Vec<u8>>,
-        maps: &[Mapping],
-    ) -> Result<usize, SlotError> {
-        let area =
-            match self.areas.iter().position(|a| a.used + SLOT_SIZE <= AREA_SIZE && distance(a.base, near) <= REACH) {
-                Some(i) => i,
-                None => {
-                    let base = place_near(maps, near, AREA_SIZE, REACH).ok_or(SlotError::NoRoom { near })?;
-                    sys::mmap_anon_at(base, AREA_SIZE, PROT).map_err(|errno| SlotError::Map { base, errno })?;
-                    self.areas.push(Area { base, used: 0 });
-                    self.areas.len() - 1
-                }
-            };
+    pub fn alloc(&mut self, near: usize, code: impl Fn(usize) -> Option<Vec<u8>>) -> Result<usize, SlotError> {
+        let reusable =
+            self.areas.iter().position(|a| a.used + SLOT_SIZE <= AREA_SIZE && distance(a.base, near) <= REACH);
+        let area = match reusable {
+            Some(i) => i,
+            None => {
+                self.areas.push(Area { base: map_near(near)?, used: 0 });
+                self.areas.len() - 1
+            }
+        };
         let slot = self.areas[area].base + self.areas[area].used;
         let bytes = code(slot).ok_or(SlotError::Relocate)?;
         if bytes.len() > SLOT_SIZE {

@@ -22,13 +22,15 @@ use crate::{api, output, sys};
 const SI_KERNEL: c_int = 0x80;
 
 thread_local! {
-    /// Set while this thread runs probe handlers.
-    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread handles a probe hit, handlers included. A hit on a thread that is
+    /// already handling one (a handler, or a libc function the hit path itself calls, is
+    /// probed) runs no handler and calls nothing: it only executes the displaced instruction.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the calling thread is running probe handlers (signal-safe).
+/// Whether the calling thread is handling a probe hit, i.e. running handlers (signal-safe).
 pub fn in_handler() -> bool {
-    IN_HANDLER.with(Cell::get)
+    BUSY.with(Cell::get)
 }
 
 /// Installs the SIGTRAP handler.
@@ -170,13 +172,8 @@ fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
     }
 }
 
-/// One probe hit (signal context).
+/// One probe hit on a thread that was not handling one already (signal context).
 fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
-    if in_handler() {
-        pp.missed.fetch_add(1, Ordering::Relaxed);
-        run_displaced(pp, gregs);
-        return;
-    }
     let epoch = registry::read_lock();
     let consumers = pp.consumers.load(Ordering::SeqCst);
     if consumers.is_null() {
@@ -185,7 +182,6 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
         return;
     }
     let mut regs = regs_from(gregs, pp.addr);
-    IN_HANDLER.with(|c| c.set(true));
     // SAFETY: the list stays allocated until our read-side section ends; each entry is a
     // registered probe object, which the C ABI keeps valid until unregister returns, and
     // unregister waits for this section.
@@ -197,7 +193,6 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
             }
         }
     }
-    IN_HANDLER.with(|c| c.set(false));
     registry::read_unlock(epoch);
     regs_into(&regs, gregs);
     if regs.rip as usize == pp.addr {
@@ -205,7 +200,6 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
     } else {
         gregs[libc::REG_RIP as usize] = regs.rip as i64;
     }
-    api::run_deferred();
 }
 
 /// A trap that is not one of our probes: what the program would have met without us.
@@ -221,14 +215,28 @@ fn foreign_trap(addr: usize) {
 
 /// The SIGTRAP handler (signal context).
 extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let saved_errno = sys::errno();
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
     // register array is ours to edit until the handler returns.
     let (code, gregs) = unsafe { ((*info).si_code, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs) };
     let addr = (gregs[libc::REG_RIP as usize] as usize).wrapping_sub(1);
-    match registry::lookup(addr).filter(|_| code == SI_KERNEL) {
-        Some(pp) => hit(pp, gregs),
-        None => foreign_trap(addr),
+    let Some(pp) = registry::lookup(addr).filter(|_| code == SI_KERNEL) else {
+        foreign_trap(addr);
+        return;
+    };
+    // Decided before anything else runs: everything below may call probed libc code.
+    // A hit from the runtime's own work (registering probes calls libc) is not the program's.
+    let nested = BUSY.with(|b| b.replace(true));
+    if nested || api::inside_runtime() {
+        if !nested {
+            BUSY.with(|b| b.set(false));
+        }
+        pp.missed.fetch_add(1, Ordering::Relaxed);
+        run_displaced(pp, gregs);
+        return;
     }
+    let saved_errno = sys::errno();
+    hit(pp, gregs);
+    BUSY.with(|b| b.set(false));
+    api::run_deferred();
     sys::set_errno(saved_errno);
 }

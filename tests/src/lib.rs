@@ -61,11 +61,8 @@ pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let _one_at_a_time = COMPILE.lock().unwrap_or_else(|e| e.into_inner());
     let tests = workspace_root().join("tests");
     let dest = fixtures_out().join(out);
-    let newest_source = sources
-        .iter()
-        .filter_map(|s| std::fs::metadata(tests.join(s)).and_then(|m| m.modified()).ok())
-        .max()
-        .unwrap();
+    let newest_source =
+        sources.iter().filter_map(|s| std::fs::metadata(tests.join(s)).and_then(|m| m.modified()).ok()).max().unwrap();
     let fresh = std::fs::metadata(&dest).and_then(|m| m.modified()).is_ok_and(|t| t >= newest_source);
     if !fresh {
         let tmp = dest.with_extension(format!("tmp{}", std::process::id()));

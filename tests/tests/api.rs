@@ -29,7 +29,8 @@ fn refusals_return_the_documented_errno() {
     let handler = test_handler("errnos");
     let run = run_uprobe(&["--handlers", handler.to_str().unwrap(), "--param", "func=myfunc", prog.to_str().unwrap()]);
     assert!(run.status.success(), "{}", run.stderr);
-    let results: Vec<String> = run.output.lines().filter(|l| !l.starts_with("uprobe-run: ")).map(String::from).collect();
+    let results: Vec<String> =
+        run.output.lines().filter(|l| !l.starts_with("uprobe-run: ")).map(String::from).collect();
     assert_eq!(
         results,
         [
@@ -47,7 +48,12 @@ fn refusals_return_the_documented_errno() {
     let messages = run.lines_with("uprobe-run: register_uprobe(");
     let addr = nm_address(&prog, "myfunc");
     let expect = [
-        format!("myfunc+0x2): {:#x} is not an instruction boundary of myfunc: {:#x} is inside the instruction at {:#x}", addr + 2, addr + 2, addr + 1),
+        format!(
+            "myfunc+0x2): {:#x} is not an instruction boundary of myfunc: {:#x} is inside the instruction at {:#x}",
+            addr + 2,
+            addr + 2,
+            addr + 1
+        ),
         "no_such_function): symbol \"no_such_function\" not found in any loaded module".to_string(),
         "libnothere:main): module \"libnothere\" is not loaded (symbol \"main\")".to_string(),
     ];

@@ -39,13 +39,8 @@ fn verbose_example_reports_every_hit() {
 fn quiet_example_counts_hits_by_symbol() {
     let prog = myprog();
     let example = artefact("uprobe_example.so");
-    let run = run_uprobe(&[
-        "--handlers",
-        example.to_str().unwrap(),
-        "--param",
-        "symbol=myfunc",
-        prog.to_str().unwrap(),
-    ]);
+    let run =
+        run_uprobe(&["--handlers", example.to_str().unwrap(), "--param", "symbol=myfunc", prog.to_str().unwrap()]);
     assert!(run.status.success());
     assert_eq!(run.stdout, PROGRAM_OUTPUT);
     let lines: Vec<&str> = run.output.lines().collect();
@@ -69,7 +64,7 @@ fn uprobe_init_failure_stops_the_run_before_main() {
     ]);
     assert_eq!(run.stdout, "", "the program must not run");
     assert_eq!(run.status.code(), Some(127));
-    assert!(run.output.contains(&format!("is not an instruction boundary of myfunc")), "{}", run.output);
+    assert!(run.output.contains("is not an instruction boundary of myfunc"), "{}", run.output);
     assert!(run.output.contains("register_uprobe() failed, returned -22"), "{}", run.output);
     let last = run.stderr.lines().last().unwrap_or("");
     assert!(last.contains("uprobe_example.so: uprobe_init() failed, returned -22"), "{}", run.stderr);

@@ -1,0 +1,128 @@
+//! The command line.
+
+use crate::error::Error;
+use clap::error::ErrorKind;
+use clap::Parser;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Runs PROGRAM with in-process user-space probes: the runtime (libuprobe.so) is preloaded,
+/// loads the handler libraries and lets them probe the program's code.
+#[derive(Debug, Parser)]
+#[command(
+    name = "uprobe-run",
+    version,
+    override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]",
+    after_help = "\
+The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
+uprobe-run's. Refusals (static or setuid program, missing library, bad config) print one line
+and exit with status 2 before the program starts.
+
+Config file: one directive per line, `#` starts a comment line:
+  handlers PATH       like --handlers (relative paths: from the config file's directory)
+  param NAME=VALUE    like --param
+  output PATH         like --output
+Config entries come before command-line ones; --output overrides `output`.
+
+Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
+uprobe-run)."
+)]
+pub struct Cli {
+    /// Handler library to load (repeatable; loaded in the order given).
+    #[arg(long = "handlers", value_name = "LIB.so")]
+    pub handlers: Vec<PathBuf>,
+
+    /// Parameter for the handlers, read with uprobe_param() (repeatable; the last NAME wins).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+
+    /// File naming handler libraries, parameters and the output file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Where uprobe_printf and the handlers write (created or truncated; default: stderr).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The program to run and its arguments, passed on verbatim.
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub command: Vec<OsString>,
+}
+
+impl Cli {
+    /// Parses the process's arguments; `--help` and `--version` print and exit here.
+    pub fn from_args() -> Result<Self, Error> {
+        Self::parse_from_args(std::env::args_os())
+    }
+
+    pub fn parse_from_args<I, T>(args: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Self::try_parse_from(args).or_else(|e| match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => Err(Error::Usage(first_line(&e.to_string()))),
+        })
+    }
+}
+
+/// clap's first line, without its `error: ` prefix: the rest (tips, usage) would make the
+/// refusal more than one line.
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, Error> {
+        Cli::parse_from_args(std::iter::once("uprobe-run").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn program_arguments_pass_verbatim() {
+        let cli = parse(&[
+            "--handlers",
+            "a.so",
+            "--param",
+            "p=1",
+            "--handlers",
+            "b.so",
+            "./prog",
+            "-v",
+            "--foo",
+            "--help",
+            "-o",
+            "--handlers",
+            "c.so",
+            "--",
+        ])
+        .unwrap();
+        assert_eq!(cli.handlers, [PathBuf::from("a.so"), PathBuf::from("b.so")]);
+        assert_eq!(cli.params, ["p=1"]);
+        assert_eq!(cli.command, ["./prog", "-v", "--foo", "--help", "-o", "--handlers", "c.so", "--"]);
+    }
+
+    #[test]
+    fn double_dash_ends_options() {
+        let cli = parse(&["-o", "out", "--", "-prog", "x"]).unwrap();
+        assert_eq!(cli.output, Some(PathBuf::from("out")));
+        assert_eq!(cli.command, ["-prog", "x"]);
+    }
+
+    #[test]
+    fn no_program_is_not_a_clap_error() {
+        assert!(parse(&["--handlers", "a.so"]).unwrap().command.is_empty());
+    }
+
+    #[test]
+    fn unknown_options_are_one_line() {
+        let err = parse(&["--bogus", "./prog"]).unwrap_err().to_string();
+        assert_eq!(err, "unexpected argument '--bogus' found (see uprobe-run --help)");
+    }
+}

@@ -1,0 +1,149 @@
+//! `uprobe-run`: checks the program, the handler libraries and the runtime, then replaces
+//! itself with the program, the runtime preloaded.
+#![deny(unsafe_code)]
+
+mod check;
+mod cli;
+mod config;
+mod elf;
+mod error;
+mod launch;
+mod sys;
+
+use cli::Cli;
+use error::Error;
+use launch::{Candidate, Launch};
+use std::convert::Infallible;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Exit status of every refusal.
+const REFUSED: i32 = 2;
+
+fn main() {
+    let error = match run() {
+        Ok(never) => match never {},
+        Err(error) => error,
+    };
+    eprintln!("uprobe-run: {error}");
+    std::process::exit(REFUSED);
+}
+
+fn run() -> Result<Infallible, Error> {
+    let cli = Cli::from_args()?;
+
+    let mut handlers = Vec::new();
+    let mut params = Vec::new();
+    let mut output = None;
+    if let Some(path) = &cli.config {
+        let config = load_config(path)?;
+        handlers.extend(config.handlers);
+        params.extend(config.params);
+        output = config.output;
+    }
+    for param in &cli.params {
+        config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
+    }
+    handlers.extend(cli.handlers);
+    params.extend(cli.params);
+    let output = cli.output.or(output);
+
+    let (name, args) = cli.command.split_first().ok_or(Error::NoProgram)?;
+    let program = resolve_program(Path::new(name))?;
+    check::program(&program)?;
+
+    let runtime = runtime_path()?;
+    check::library(&runtime).map_err(|e| match e {
+        Error::NoSuchFile(path) => Error::NoRuntime(path),
+        other => other,
+    })?;
+    let runtime = absolute(&runtime)?;
+    if runtime.as_os_str().as_bytes().iter().any(|&b| b == b':' || b.is_ascii_whitespace()) {
+        return Err(Error::UnusablePath {
+            path: runtime,
+            reason: "LD_PRELOAD cannot carry a path containing ':' or blanks",
+        });
+    }
+
+    let mut handler_paths = Vec::with_capacity(handlers.len());
+    for handler in &handlers {
+        check::library(handler)?;
+        handler_paths.push(spec_path(handler)?);
+    }
+    let output = output.as_deref().map(spec_path).transpose()?;
+
+    let launch = Launch {
+        program: program.clone(),
+        argv0: name.clone(),
+        args: args.to_vec(),
+        ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
+        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref()),
+    };
+    // Last: nothing is created unless the program is about to start.
+    if let Some(output) = &output {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(output)
+            .map_err(|source| Error::Output { path: output.clone(), source })?;
+    }
+    Err(Error::Exec { path: program, source: launch.exec() })
+}
+
+fn load_config(path: &Path) -> Result<config::Config, Error> {
+    let text = fs::read_to_string(path).map_err(|source| Error::ConfigRead {
+        path: path.into(),
+        source: match source.kind() {
+            io::ErrorKind::InvalidData => io::Error::other("not UTF-8 text"),
+            _ => source,
+        },
+    })?;
+    let base = path.parent().unwrap_or(Path::new(""));
+    config::parse(&text, base).map_err(|error| Error::Config { path: path.into(), error })
+}
+
+/// A name without `/` is looked up in PATH, like execvp does.
+fn resolve_program(name: &Path) -> Result<PathBuf, Error> {
+    if name.as_os_str().is_empty() {
+        return Err(Error::NoProgram);
+    }
+    if name.as_os_str().as_bytes().contains(&b'/') {
+        return Ok(name.into());
+    }
+    let path_var = std::env::var_os("PATH");
+    launch::search_path(name.as_os_str(), path_var.as_deref(), |candidate| match fs::metadata(candidate) {
+        Ok(meta) if meta.is_file() && sys::may_execute(candidate) => Candidate::Executable,
+        Ok(_) => Candidate::Present,
+        Err(_) => Candidate::Missing,
+    })
+    .ok_or_else(|| Error::NotInPath(name.into()))
+}
+
+/// `$UPROBE_LIB`, or `libuprobe.so` next to this executable.
+fn runtime_path() -> Result<PathBuf, Error> {
+    if let Some(lib) = std::env::var_os("UPROBE_LIB").filter(|v| !v.is_empty()) {
+        return Ok(lib.into());
+    }
+    let exe = std::env::current_exe().map_err(|source| Error::Read { path: "/proc/self/exe".into(), source })?;
+    Ok(exe.with_file_name("libuprobe.so"))
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(path).map_err(|source| Error::Read { path: path.into(), source })
+}
+
+/// An absolute path that fits in a `UPROBE_RUN_SPEC` record.
+fn spec_path(path: &Path) -> Result<PathBuf, Error> {
+    if path.as_os_str().as_bytes().contains(&b'\n') {
+        return Err(Error::UnusablePath {
+            path: path.into(),
+            reason: "contains a newline, which UPROBE_RUN_SPEC cannot carry",
+        });
+    }
+    absolute(path)
+}
