@@ -10,14 +10,14 @@ use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::abi::{Uprobe, Uretprobe, UPTY_UPROBE};
-use crate::registry::{self, RegisterError};
-use crate::{output, trap};
+use crate::abi::{Uprobe, Uretprobe, UPTY_UPROBE, UPTY_URETPROBE};
+use crate::registry::{self, Consumer, RegisterError};
+use crate::{output, retprobe, trap};
 
 #[derive(Clone, Copy)]
 enum Request {
-    Register(*mut Uprobe),
-    Unregister(*mut Uprobe),
+    Register(Consumer),
+    Unregister(Consumer),
 }
 
 const QUEUE_LEN: usize = 32;
@@ -74,19 +74,23 @@ pub fn run_deferred() {
     while i < QUEUED.with(Cell::get) {
         let request = QUEUE.with(|q| q[i].take());
         i += 1;
-        let (u, reg, result) = match request {
-            Some(Request::Register(u)) => (u, 1, do_register(u)),
-            Some(Request::Unregister(u)) => {
-                registry::unregister(u);
-                (u, 0, 0)
+        let (consumer, reg, result) = match request {
+            Some(Request::Register(c)) => (c, 1, do_register(c)),
+            Some(Request::Unregister(c)) => {
+                registry::unregister(c);
+                (c, 0, 0)
             }
             None => continue,
+        };
+        let (u, kind) = match consumer {
+            Consumer::Uprobe(u) => (u, UPTY_UPROBE),
+            Consumer::Uretprobe(rp) => (rp.cast::<Uprobe>(), UPTY_URETPROBE),
         };
         // SAFETY: `u` is the caller's probe object, valid per the C ABI; the callback is the
         // user's function with the documented signature.
         unsafe {
             if let Some(callback) = (*u).registration_callback {
-                callback(u, reg, UPTY_UPROBE, result);
+                callback(u, reg, kind, result);
             }
         }
     }
@@ -107,22 +111,45 @@ fn describe(u: &Uprobe) -> String {
     }
 }
 
-fn do_register(u: *mut Uprobe) -> c_int {
-    // SAFETY: `u` came through register_uprobe, whose contract keeps it valid while registered.
-    match unsafe { registry::register(u) } {
+fn do_register(consumer: Consumer) -> c_int {
+    // SAFETY: the object came through register_uprobe/register_uretprobe, whose contract keeps
+    // it valid while registered.
+    match unsafe { registry::register(consumer) } {
         Ok(_) => 0,
         Err(e) => {
-            report(u, &e);
+            report(consumer, &e);
             e.errno()
         }
     }
 }
 
-fn report(u: *mut Uprobe, e: &RegisterError) {
-    if *e != RegisterError::AlreadyRegistered {
-        // SAFETY: `u` is non-null and valid (checked by the caller, C ABI).
-        output::message(format_args!("register_uprobe({}): {e}", describe(unsafe { &*u })));
+fn report(consumer: Consumer, e: &RegisterError) {
+    if *e == RegisterError::AlreadyRegistered {
+        return;
     }
+    let (call, u) = match consumer {
+        Consumer::Uprobe(u) => ("register_uprobe", u),
+        Consumer::Uretprobe(rp) => ("register_uretprobe", rp.cast::<Uprobe>()),
+    };
+    // SAFETY: the object is non-null and valid (checked by the caller, C ABI).
+    output::message(format_args!("{call}({}): {e}", describe(unsafe { &*u })));
+}
+
+fn register_request(consumer: Consumer) -> c_int {
+    if trap::in_handler() {
+        return queue(Request::Register(consumer));
+    }
+    let _inside = Inside::enter();
+    do_register(consumer)
+}
+
+fn unregister_request(consumer: Consumer) {
+    if trap::in_handler() {
+        queue(Request::Unregister(consumer));
+        return;
+    }
+    let _inside = Inside::enter();
+    registry::unregister(consumer);
 }
 
 /// `int register_uprobe(struct uprobe *u)`.
@@ -134,11 +161,7 @@ pub unsafe extern "C" fn register_uprobe(u: *mut Uprobe) -> c_int {
     if u.is_null() {
         return -libc::EINVAL;
     }
-    if trap::in_handler() {
-        return queue(Request::Register(u));
-    }
-    let _inside = Inside::enter();
-    do_register(u)
+    register_request(Consumer::Uprobe(u))
 }
 
 /// `void unregister_uprobe(struct uprobe *u)`.
@@ -147,32 +170,43 @@ pub unsafe extern "C" fn register_uprobe(u: *mut Uprobe) -> c_int {
 /// `u` must be null, unregistered, or a registered probe object.
 #[no_mangle]
 pub unsafe extern "C" fn unregister_uprobe(u: *mut Uprobe) {
-    if u.is_null() {
-        return;
+    if !u.is_null() {
+        unregister_request(Consumer::Uprobe(u));
     }
-    if trap::in_handler() {
-        queue(Request::Unregister(u));
-        return;
-    }
-    let _inside = Inside::enter();
-    registry::unregister(u);
 }
 
-/// `int register_uretprobe(struct uretprobe *rp)`: return probes are not available yet.
+/// `int register_uretprobe(struct uretprobe *rp)`.
 ///
 /// # Safety
-/// `rp` is not dereferenced.
+/// `rp` must point to a `struct uretprobe` that stays valid until it is unregistered.
 #[no_mangle]
-pub unsafe extern "C" fn register_uretprobe(_rp: *mut Uretprobe) -> c_int {
-    -libc::ENOSYS
+pub unsafe extern "C" fn register_uretprobe(rp: *mut Uretprobe) -> c_int {
+    if rp.is_null() {
+        return -libc::EINVAL;
+    }
+    // SAFETY: non-null, and valid per the contract.
+    let data_size = unsafe { (*rp).data_size };
+    if data_size > retprobe::MAX_DATA_SIZE {
+        output::message(format_args!(
+            "register_uretprobe: data_size {data_size} is more than the {} bytes an instance may hold",
+            retprobe::MAX_DATA_SIZE
+        ));
+        return -libc::EINVAL;
+    }
+    register_request(Consumer::Uretprobe(rp))
 }
 
-/// `void unregister_uretprobe(struct uretprobe *rp)`.
+/// `void unregister_uretprobe(struct uretprobe *rp)`. Returns pending on other threads keep
+/// returning correctly but run no handler once this returns.
 ///
 /// # Safety
-/// `rp` is not dereferenced.
+/// `rp` must be null, unregistered, or a registered return probe.
 #[no_mangle]
-pub unsafe extern "C" fn unregister_uretprobe(_rp: *mut Uretprobe) {}
+pub unsafe extern "C" fn unregister_uretprobe(rp: *mut Uretprobe) {
+    if !rp.is_null() {
+        unregister_request(Consumer::Uretprobe(rp));
+    }
+}
 
 /// The `--param` values, as C strings, set once before any handler library is loaded.
 static PARAMS: AtomicPtr<Vec<(CString, CString)>> = AtomicPtr::new(core::ptr::null_mut());

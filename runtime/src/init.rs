@@ -1,7 +1,7 @@
 //! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
 
 use crate::spec::{self, Spec};
-use crate::{api, handlers, output, patch, sys, trap};
+use crate::{api, handlers, output, patch, retprobe, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -49,6 +49,7 @@ extern "C" fn init() {
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
     api::set_params(&spec.params);
     patch::init();
+    retprobe::init();
     if let Err(errno) = trap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }

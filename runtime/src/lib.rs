@@ -14,6 +14,7 @@
 //! - [`registry`]: the probe table (lock-free on the hit path) and (un)registration;
 //! - [`patch`], [`ssol`]: writing live text and out-of-line slots;
 //! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
+//! - [`retprobe`]: return probes: the per-thread return stack, the trampoline, unwinders;
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
 //! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
@@ -45,6 +46,8 @@ pub mod resolve;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod ssol;
+#[allow(unsafe_code)]
+pub mod retprobe;
 #[allow(unsafe_code)]
 pub mod sys;
 #[allow(unsafe_code)]

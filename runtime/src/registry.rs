@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
-use crate::abi::Uprobe;
+use crate::abi::{Uprobe, Uretprobe};
 use crate::decode::{self, BoundaryError, Plan, PlanError, MAX_INSN_LEN};
 use crate::maps::{self, Mapping};
 use crate::resolve::{self, ElfInfo, LoadedModule, ProbeSpec};
@@ -47,7 +47,32 @@ pub struct ProbePoint {
 
 /// The probes registered at one address, in registration order.
 pub struct Consumers {
-    pub probes: Vec<*mut Uprobe>,
+    pub probes: Vec<Consumer>,
+}
+
+/// A registered probe object: an entry probe, or a return probe (whose entry lives here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    Uprobe(*mut Uprobe),
+    Uretprobe(*mut Uretprobe),
+}
+
+impl Consumer {
+    /// The identity of the probe object (its address).
+    pub fn key(self) -> usize {
+        match self {
+            Consumer::Uprobe(u) => u as usize,
+            Consumer::Uretprobe(rp) => rp as usize,
+        }
+    }
+
+    /// Where the object asks to be placed: `struct uretprobe` starts with its `struct uprobe`.
+    fn placement(self) -> *mut Uprobe {
+        match self {
+            Consumer::Uprobe(u) => u,
+            Consumer::Uretprobe(rp) => rp.cast(),
+        }
+    }
 }
 
 static TABLE: [AtomicPtr<ProbePoint>; TABLE_SIZE] = [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLE_SIZE];
@@ -115,7 +140,7 @@ fn synchronize() {
 }
 
 /// Replaces `pp`'s consumers and frees the old list once no hit can be reading it.
-fn publish(pp: &ProbePoint, probes: Vec<*mut Uprobe>) {
+fn publish(pp: &ProbePoint, probes: Vec<Consumer>) {
     let new = if probes.is_empty() { core::ptr::null_mut() } else { Box::into_raw(Box::new(Consumers { probes })) };
     let old = pp.consumers.swap(new, Ordering::SeqCst);
     if !old.is_null() {
@@ -126,7 +151,7 @@ fn publish(pp: &ProbePoint, probes: Vec<*mut Uprobe>) {
     }
 }
 
-fn current_probes(pp: &ProbePoint) -> Vec<*mut Uprobe> {
+fn current_probes(pp: &ProbePoint) -> Vec<Consumer> {
     let p = pp.consumers.load(Ordering::SeqCst);
     // SAFETY: lists are only freed under the registry lock, which the caller holds.
     if p.is_null() {
@@ -168,6 +193,10 @@ pub enum RegisterError {
     Slot { addr: usize, source: SlotError },
     #[error("cannot patch {addr:#x}: {source}")]
     Patch { addr: usize, source: patch::PatchError },
+    #[error("{addr:#x} is not the first instruction of {function} (at {start:#x}): return probes go on a function's entry")]
+    NotEntry { addr: usize, function: String, start: usize },
+    #[error("return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks")]
+    GoProgram,
     #[error("the probe table is full")]
     TableFull,
 }
@@ -182,6 +211,7 @@ impl RegisterError {
             UnknownSymbol(_) | UnknownModule { .. } => libc::ENOENT,
             ForeignBreakpoint(_) => libc::EBUSY,
             Slot { .. } | TableFull => libc::ENOMEM,
+            GoProgram => libc::ENOTSUP,
             Patch { source, .. } => source.errno,
             NoAddress
             | BadSpec(..)
@@ -190,7 +220,8 @@ impl RegisterError {
             | InRuntime(_)
             | NotBoundary { .. }
             | Undecodable(_)
-            | Unsupported { .. } => libc::EINVAL,
+            | Unsupported { .. }
+            | NotEntry { .. } => libc::EINVAL,
         }
     }
 }
@@ -251,6 +282,17 @@ impl State {
         self.maps = Some(maps.clone());
         self.maps_generation = generation;
         maps
+    }
+
+    /// Whether the main program is written in Go (it has Go's build-info section or runtime).
+    fn main_is_go(&mut self) -> bool {
+        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+            return false;
+        };
+        let Some(path) = exe.to_str() else {
+            return false;
+        };
+        self.elf(path).is_some_and(|info| info.is_go())
     }
 
     fn elf(&mut self, path: &str) -> Option<Arc<ElfInfo>> {
@@ -368,21 +410,24 @@ pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
     st.resolve(&parsed, &maps)
 }
 
-/// Registers `u` (normal context, or the hit path on behalf of a handler).
+/// Registers a probe object (normal context, or the hit path on behalf of a handler).
 ///
 /// # Safety
-/// `u` must point to a `struct uprobe` that stays valid until it is unregistered.
-pub unsafe fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
+/// The object must stay valid until it is unregistered.
+pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
     // SAFETY: the caller passes a probe object that stays valid while registered (C ABI).
-    let probe = unsafe { &*u };
+    let probe = unsafe { &*consumer.placement() };
     let me = sys::getpid();
     if probe.pid != 0 && probe.pid != me {
         return Err(RegisterError::OtherProcess(probe.pid, me));
     }
     let target = target_of(probe)?;
     let mut st = state();
-    if st.registered.contains_key(&(u as usize)) {
+    if st.registered.contains_key(&consumer.key()) {
         return Err(RegisterError::AlreadyRegistered);
+    }
+    if matches!(consumer, Consumer::Uretprobe(_)) && st.main_is_go() {
+        return Err(RegisterError::GoProgram);
     }
     let addr = match target {
         ProbeSpecOwned::Address(a) => a,
@@ -393,14 +438,19 @@ pub unsafe fn register(u: *mut Uprobe) -> Result<usize, RegisterError> {
         }
     };
     let maps = st.maps(Some(addr));
+    if matches!(consumer, Consumer::Uretprobe(_)) {
+        if let Some((function, start, _)) = st.function_at(addr, &maps).filter(|(_, start, _)| *start != addr) {
+            return Err(RegisterError::NotEntry { addr, function, start });
+        }
+    }
     let pp = match lookup(addr).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
         Some(pp) => pp,
         None => arm(&mut st, addr, &maps)?,
     };
     let mut probes = current_probes(pp);
-    probes.push(u);
+    probes.push(consumer);
     publish(pp, probes);
-    st.registered.insert(u as usize, addr);
+    st.registered.insert(consumer.key(), addr);
     Ok(addr)
 }
 
@@ -475,16 +525,16 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
 
 /// Removes `u`; when it was the last probe at its address, the original byte goes back.
 /// On return no handler of `u` is running or will run.
-pub fn unregister(u: *mut Uprobe) {
+pub fn unregister(consumer: Consumer) {
     let mut st = state();
-    let Some(addr) = st.registered.remove(&(u as usize)) else {
+    let Some(addr) = st.registered.remove(&consumer.key()) else {
         return;
     };
     let Some(pp) = lookup(addr) else {
         return;
     };
     let mut probes = current_probes(pp);
-    probes.retain(|&p| p != u);
+    probes.retain(|&p| p != consumer);
     if probes.is_empty() {
         let prot = maps::find(&st.maps(Some(addr)), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
         // A failure leaves the int3 in place: hits then run no handler and stay correct.

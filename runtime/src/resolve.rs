@@ -84,6 +84,7 @@ pub struct ElfInfo {
     by_name: HashMap<String, usize>,
     /// (file offset, link-time address) of each loadable segment.
     segments: Vec<(u64, u64)>,
+    go: bool,
 }
 
 const STT_GNU_IFUNC: u8 = 10;
@@ -109,7 +110,13 @@ impl ElfInfo {
             by_name.entry(s.name.clone()).or_insert(i);
         }
         let segments = file.segments().map(|s| (s.file_range().0, s.address())).collect();
-        Ok(ElfInfo { symbols, by_name, segments })
+        let go = file.section_by_name(".go.buildinfo").is_some() || by_name.contains_key("runtime.main");
+        Ok(ElfInfo { symbols, by_name, segments, go })
+    }
+
+    /// Whether this is a Go program.
+    pub fn is_go(&self) -> bool {
+        self.go
     }
 
     pub fn symbol(&self, name: &str) -> Option<&Symbol> {

@@ -16,8 +16,8 @@ use iced_x86::Register;
 use crate::abi::PtRegs;
 use crate::decode::Plan;
 use crate::emulate::{self, Cpu};
-use crate::registry::{self, ProbePoint};
-use crate::{api, output, sys};
+use crate::registry::{self, Consumer, ProbePoint};
+use crate::{api, output, retprobe, sys};
 
 const SI_KERNEL: c_int = 0x80;
 
@@ -31,6 +31,18 @@ thread_local! {
 /// Whether the calling thread is handling a probe hit, i.e. running handlers (signal-safe).
 pub fn in_handler() -> bool {
     BUSY.with(Cell::get)
+}
+
+/// Marks the thread busy; returns whether it already was (then nothing may run handlers).
+pub fn enter_busy() -> bool {
+    BUSY.with(|b| b.replace(true))
+}
+
+/// Ends what [`enter_busy`] started.
+pub fn leave_busy(nested: bool) {
+    if !nested {
+        BUSY.with(|b| b.set(false));
+    }
 }
 
 /// Installs the SIGTRAP handler.
@@ -185,11 +197,16 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
     // SAFETY: the list stays allocated until our read-side section ends; each entry is a
     // registered probe object, which the C ABI keeps valid until unregister returns, and
     // unregister waits for this section.
-    for &u in unsafe { &(*consumers).probes } {
-        // SAFETY: as above; the handler is the user's function with the documented signature.
+    for &consumer in unsafe { &(*consumers).probes } {
+        // SAFETY: as above; handlers are the user's functions with the documented signatures.
         unsafe {
-            if let Some(handler) = (*u).handler {
-                handler(u, &mut regs);
+            match consumer {
+                Consumer::Uprobe(u) => {
+                    if let Some(handler) = (*u).handler {
+                        handler(u, &mut regs);
+                    }
+                }
+                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, &mut regs),
             }
         }
     }
@@ -225,18 +242,16 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
     };
     // Decided before anything else runs: everything below may call probed libc code.
     // A hit from the runtime's own work (registering probes calls libc) is not the program's.
-    let nested = BUSY.with(|b| b.replace(true));
+    let nested = enter_busy();
     if nested || api::inside_runtime() {
-        if !nested {
-            BUSY.with(|b| b.set(false));
-        }
+        leave_busy(nested);
         pp.missed.fetch_add(1, Ordering::Relaxed);
         run_displaced(pp, gregs);
         return;
     }
     let saved_errno = sys::errno();
     hit(pp, gregs);
-    BUSY.with(|b| b.set(false));
+    leave_busy(false);
     api::run_deferred();
     sys::set_errno(saved_errno);
 }
