@@ -43,11 +43,11 @@ pub mod printf;
 #[allow(unsafe_code)]
 pub mod registry;
 pub mod resolve;
+#[allow(unsafe_code)]
+pub mod retprobe;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod ssol;
-#[allow(unsafe_code)]
-pub mod retprobe;
 #[allow(unsafe_code)]
 pub mod sys;
 #[allow(unsafe_code)]

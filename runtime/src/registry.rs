@@ -193,7 +193,9 @@ pub enum RegisterError {
     Slot { addr: usize, source: SlotError },
     #[error("cannot patch {addr:#x}: {source}")]
     Patch { addr: usize, source: patch::PatchError },
-    #[error("{addr:#x} is not the first instruction of {function} (at {start:#x}): return probes go on a function's entry")]
+    #[error(
+        "{addr:#x} is not the first instruction of {function} (at {start:#x}): return probes go on a function's entry"
+    )]
     NotEntry { addr: usize, function: String, start: usize },
     #[error("return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks")]
     GoProgram,

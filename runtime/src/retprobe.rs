@@ -50,8 +50,7 @@ struct Frame {
     instance: usize,
 }
 
-const NO_FRAME: Frame =
-    Frame { rp: core::ptr::null_mut(), pp: core::ptr::null(), slot: 0, orig: 0, instance: 0 };
+const NO_FRAME: Frame = Frame { rp: core::ptr::null_mut(), pp: core::ptr::null(), slot: 0, orig: 0, instance: 0 };
 
 struct ReturnStack {
     frames: [Frame; MAX_FRAMES],
@@ -442,12 +441,32 @@ pub unsafe extern "C" fn _Unwind_Backtrace(trace: *mut c_void, arg: *mut c_void)
 /// The glibc contract.
 #[no_mangle]
 pub unsafe extern "C" fn backtrace(buffer: *mut *mut c_void, size: c_int) -> c_int {
+    const ROOM: usize = 256;
+    if size <= 0 {
+        return 0;
+    }
     with_records(ReturnStack::restore_all);
     let real = next!(c"backtrace", unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int);
-    // SAFETY: forwarding the caller's arguments to the real function.
-    let rc = unsafe { real(buffer, size) };
+    // The real backtrace leaves out its own frame but sees this one: drop it, so the caller
+    // gets the frames it would get without the runtime.
+    let size = size as usize;
+    let mut room = [core::ptr::null_mut::<c_void>(); ROOM + 1];
+    // SAFETY: each call gets a buffer of the size passed with it; copies stay within the
+    // caller's `size` entries.
+    let n = unsafe {
+        if size <= ROOM {
+            let n = real(room.as_mut_ptr(), size as c_int + 1).max(1) as usize;
+            core::ptr::copy_nonoverlapping(room.as_ptr().add(1), buffer, n - 1);
+            n - 1
+        } else {
+            // Too many to stage on the stack: the deepest frame is lost when the trace fills it.
+            let n = real(buffer, size as c_int).max(1) as usize;
+            core::ptr::copy(buffer.add(1), buffer, n - 1);
+            n - 1
+        }
+    };
     with_records(ReturnStack::rehook_all);
-    rc
+    n as c_int
 }
 
 /// `pthread_exit(3)`: glibc unwinds through its own handle on the unwinder.

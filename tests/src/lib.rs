@@ -58,6 +58,12 @@ static COMPILE: Mutex<()> = Mutex::new(());
 
 /// Compiles `sources` (paths relative to `tests/`) with gcc into `target/fixtures/out`.
 pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
+    compile("gcc", out, sources, flags)
+}
+
+/// Compiles `sources` with `compiler` (gcc or g++) into `target/fixtures/out`, unless the
+/// output is newer than every source.
+pub fn compile(compiler: &str, out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let _one_at_a_time = COMPILE.lock().unwrap_or_else(|e| e.into_inner());
     let tests = workspace_root().join("tests");
     let dest = fixtures_out().join(out);
@@ -66,7 +72,7 @@ pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let fresh = std::fs::metadata(&dest).and_then(|m| m.modified()).is_ok_and(|t| t >= newest_source);
     if !fresh {
         let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
-        let output = Command::new("gcc")
+        let output = Command::new(compiler)
             .args(sources.iter().map(|s| tests.join(s)))
             .args(flags)
             .arg("-I")
@@ -75,7 +81,7 @@ pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
             .arg(&tmp)
             .output()
             .expect("run gcc");
-        assert!(output.status.success(), "gcc {out} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{compiler} {out} failed:\n{}", String::from_utf8_lossy(&output.stderr));
         std::fs::rename(&tmp, &dest).unwrap();
     }
     dest
@@ -84,6 +90,11 @@ pub fn gcc(out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
 /// A fixture program from `tests/fixtures/NAME.c`, built with `flags`.
 pub fn fixture(name: &str, flags: &[&str]) -> PathBuf {
     gcc(name, &[&format!("fixtures/{name}.c")], flags)
+}
+
+/// The directory compiled fixtures are written to.
+pub fn fixtures_dir() -> PathBuf {
+    fixtures_out()
 }
 
 /// A test handler library from `tests/handlers/NAME.c`.
