@@ -149,7 +149,7 @@ fn maxactive(rp: &Uretprobe) -> usize {
 fn count_missed(rp: *mut Uretprobe) {
     // SAFETY: `nmissed` is an aligned unsigned long of a registered probe object; the runtime
     // only ever updates it atomically.
-    unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*rp).nmissed) as *mut u64).fetch_add(1, Ordering::Relaxed) };
+    unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*rp).nmissed)).fetch_add(1, Ordering::Relaxed) };
 }
 
 /// An entry hit of return probe `rp` at probe point `pp` (signal context, thread busy, inside
