@@ -22,6 +22,8 @@ Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
   param NAME=VALUE    like --param
   output PATH         like --output
+  no-optimize         like --no-optimize
+  verbose             like --verbose
 Config entries come before command-line ones; --output overrides `output`.
 
 Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
@@ -43,6 +45,15 @@ pub struct Cli {
     /// Where uprobe_printf and the handlers write (created or truncated; default: stderr).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Keep every probe on the int3 trap path (no jump probes), like kprobes' optimization
+    /// switch; for comparing the two paths.
+    #[arg(long)]
+    pub no_optimize: bool,
+
+    /// Say, for each registered probe, the strategy chosen (jump or int3) and why not a jump.
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]

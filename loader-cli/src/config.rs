@@ -20,6 +20,8 @@ pub struct Config {
     pub params: Vec<String>,
     /// The last `output` line, if any.
     pub output: Option<PathBuf>,
+    /// Switches: `no-optimize`, `verbose`.
+    pub options: Vec<String>,
 }
 
 /// A line that could not be understood. The caller adds the file name.
@@ -44,13 +46,21 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
                 let what = if directive == "param" { "NAME=VALUE" } else { "PATH" };
                 return Err(fail(format!("'{directive}' needs a {what}")));
             }
+            "no-optimize" | "verbose" if !arg.is_empty() => {
+                return Err(fail(format!("'{directive}' takes no argument")));
+            }
+            "no-optimize" | "verbose" => config.options.push(directive.to_owned()),
             "handlers" => config.handlers.push(base.join(arg)),
             "output" => config.output = Some(base.join(arg)),
             "param" => {
                 check_param(arg).map_err(|why| fail(format!("param '{arg}': {why}")))?;
                 config.params.push(arg.to_owned());
             }
-            other => return Err(fail(format!("unknown directive '{other}' (expected handlers, param or output)"))),
+            other => {
+                return Err(fail(format!(
+                    "unknown directive '{other}' (expected handlers, param, output, no-optimize or verbose)"
+                )))
+            }
         }
     }
     Ok(config)
@@ -95,6 +105,7 @@ output last.txt
                 handlers: vec![PathBuf::from("/etc/probes/../lib/libcount.so"), PathBuf::from("/abs/libtrace.so"),],
                 params: vec!["probes=main,work+4".to_owned(), "empty=".to_owned(), "eq=a=b".to_owned(),],
                 output: Some(PathBuf::from("/etc/probes/last.txt")),
+                options: vec![],
             }
         );
     }
@@ -109,7 +120,13 @@ output last.txt
     fn unknown_directive_names_the_line() {
         let err = parse_in_etc("handlers a.so\n\nprobe main\n").unwrap_err();
         assert_eq!(err.line, 3);
-        assert_eq!(err.to_string(), "3: unknown directive 'probe' (expected handlers, param or output)");
+        assert_eq!(
+            err.to_string(),
+            "3: unknown directive 'probe' (expected handlers, param, output, no-optimize or verbose)"
+        );
+        let config = parse("no-optimize\nverbose\n", Path::new("/")).unwrap();
+        assert_eq!(config.options, ["no-optimize", "verbose"]);
+        assert_eq!(parse("verbose yes\n", Path::new("/")).unwrap_err().to_string(), "1: 'verbose' takes no argument");
     }
 
     #[test]

@@ -38,11 +38,18 @@ fn run() -> Result<Infallible, Error> {
     let mut handlers = Vec::new();
     let mut params = Vec::new();
     let mut output = None;
+    let mut options = Vec::new();
     if let Some(path) = &cli.config {
         let config = load_config(path)?;
         handlers.extend(config.handlers);
         params.extend(config.params);
         output = config.output;
+        options = config.options;
+    }
+    for (set, name) in [(cli.no_optimize, "no-optimize"), (cli.verbose, "verbose")] {
+        if set && !options.iter().any(|o| o == name) {
+            options.push(name.to_owned());
+        }
     }
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
@@ -80,7 +87,7 @@ fn run() -> Result<Infallible, Error> {
         argv0: name.clone(),
         args: args.to_vec(),
         ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
-        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref()),
+        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options),
     };
     // Last: nothing is created unless the program is about to start.
     if let Some(output) = &output {

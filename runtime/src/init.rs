@@ -1,7 +1,9 @@
 //! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
 
 use crate::spec::{self, Spec};
-use crate::{api, handlers, output, patch, retprobe, sys, trap};
+use std::sync::atomic::Ordering;
+
+use crate::{api, handlers, output, patch, registry, retprobe, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -48,6 +50,8 @@ extern "C" fn init() {
     let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
     api::set_params(&spec.params);
+    registry::OPTIMIZE.store(!spec.has_option("no-optimize"), Ordering::Relaxed);
+    registry::VERBOSE.store(spec.has_option("verbose"), Ordering::Relaxed);
     patch::init();
     retprobe::init();
     if let Err(errno) = trap::install() {

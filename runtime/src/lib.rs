@@ -10,7 +10,8 @@
 //! Where things live:
 //! - [`decode`]: instruction boundaries, the plan for a displaced instruction, relocation (pure);
 //! - [`emulate`]: executing a planned instruction on a register file (pure);
-//! - [`trap`]: the SIGTRAP handler, i.e. the whole hit path;
+//! - [`trap`]: the SIGTRAP handler, i.e. the hit path of `int3` probes;
+//! - [`jump`]: trap-free probes: the jump, its stub and the safety analysis;
 //! - [`registry`]: the probe table (lock-free on the hit path) and (un)registration;
 //! - [`patch`], [`ssol`]: writing live text and out-of-line slots;
 //! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
@@ -33,6 +34,8 @@ pub mod emulate;
 pub mod handlers;
 #[allow(unsafe_code)]
 mod init;
+#[allow(unsafe_code)]
+pub mod jump;
 pub mod maps;
 #[allow(unsafe_code)]
 pub mod output;

@@ -13,17 +13,18 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
 use crate::abi::{Uprobe, Uretprobe};
 use crate::decode::{self, BoundaryError, Plan, PlanError, MAX_INSN_LEN};
+use crate::jump::{self, JumpPlan, NoJump};
 use crate::maps::{self, Mapping};
 use crate::resolve::{self, ElfInfo, LoadedModule, ProbeSpec};
 use crate::ssol::{SlotError, Slots};
-use crate::{patch, sys};
+use crate::{patch, sys, trap};
 
 const INT3: u8 = 0xcc;
 const TABLE_BITS: u32 = 18;
@@ -40,10 +41,29 @@ pub struct ProbePoint {
     pub slot: usize,
     /// Null while no probe is registered here (the original byte is back in place).
     pub consumers: AtomicPtr<Consumers>,
-    /// Hits, and hits that ran no handler because the thread was already in one.
-    pub hits: AtomicU64,
+    /// Hits that ran no handler because the thread was already in one, or in the runtime.
     pub missed: AtomicU64,
+    /// Whether (and how) this point can take a jump instead of the `int3`, decided once.
+    pub jump: Result<JumpPrep, NoJump>,
+    /// Whether the jump is in place now (while armed; otherwise the `int3` is).
+    pub jump_active: AtomicBool,
 }
+
+/// A jump ready to be written: its stub is built and stays for the life of the process.
+pub struct JumpPrep {
+    pub patch_len: usize,
+    /// The original bytes of the patched range.
+    pub orig: [u8; MAX_PATCH],
+    pub stub: usize,
+}
+
+/// The longest range a jump may overwrite (5 bytes rounded up to whole instructions).
+const MAX_PATCH: usize = 32;
+
+/// `--no-optimize` clears this: every probe then keeps its `int3`.
+pub static OPTIMIZE: AtomicBool = AtomicBool::new(true);
+/// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
+pub static VERBOSE: AtomicBool = AtomicBool::new(false);
 
 /// The probes registered at one address, in registration order.
 pub struct Consumers {
@@ -179,6 +199,8 @@ pub enum RegisterError {
     NotCode(usize),
     #[error("{0:#x} is in {1}, which the kernel does not let a process patch")]
     KernelPage(usize, String),
+    #[error("{0:#x} is {1}, which the runtime's hit path itself calls")]
+    UsedByHitPath(usize, &'static str),
     #[error("{0:#x} is inside the runtime itself")]
     InRuntime(usize),
     #[error("{addr:#x} is not an instruction boundary of {function}: {source}")]
@@ -220,6 +242,7 @@ impl RegisterError {
             | NotCode(_)
             | KernelPage(..)
             | InRuntime(_)
+            | UsedByHitPath(..)
             | NotBoundary { .. }
             | Undecodable(_)
             | Unsupported { .. }
@@ -344,29 +367,121 @@ impl State {
     /// The bytes of the function holding `addr` as they were before any probe, its name, and
     /// its start; None where no sized symbol covers the address.
     fn function_at(&mut self, addr: usize, maps: &[Mapping]) -> Option<(String, usize, Vec<u8>)> {
+        self.function_code(addr, maps).map(|f| (f.name, f.start, f.bytes))
+    }
+
+    fn function_code(&mut self, addr: usize, maps: &[Mapping]) -> Option<FunctionCode> {
         let modules = resolve::loaded_modules(maps);
         let module = modules.iter().find(|m| m.holds(addr))?;
         let info = self.elf(&module.path)?;
         let bias = info.bias(module.first_start, module.first_offset)?;
         let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
         let start = bias.wrapping_add(sym.value as usize);
-        maps::find(maps, start).filter(|m| m.exec && start + sym.size as usize <= m.end)?;
-        // SAFETY: the whole symbol lies inside one executable (hence readable) mapping.
-        let mut bytes = unsafe { patch::read_code(start, sym.size as usize) };
+        let text = maps::find(maps, start).filter(|m| m.exec && start + sym.size as usize <= m.end)?;
+        let end = start + sym.size as usize;
+        // The padding after the function: up to the next symbol, at most 16 bytes, same mapping.
+        let next =
+            info.next_symbol_after(sym.value + sym.size - 1).map_or(usize::MAX, |v| bias.wrapping_add(v as usize));
+        let padding_end = next.min(end + 16).min(text.end).max(end);
+        // SAFETY: the function and its padding lie inside one executable (hence readable) mapping.
+        let mut bytes = unsafe { patch::read_code(start, padding_end - start) };
         unpatch(&mut bytes, start);
-        Some((sym.name.clone(), start, bytes))
+        let padding = bytes.split_off(sym.size as usize);
+        Some(FunctionCode { name: sym.name.clone(), start, bytes, padding })
     }
 }
 
-/// Puts back the original first byte of every armed probe point inside `bytes` (at `start`).
+struct FunctionCode {
+    name: String,
+    start: usize,
+    bytes: Vec<u8>,
+    padding: Vec<u8>,
+}
+
+/// Puts back the original bytes of every armed probe point inside `bytes` (at `start`): the
+/// first byte of an `int3`, the whole range of a jump.
 fn unpatch(bytes: &mut [u8], start: usize) {
-    for (i, b) in bytes.iter_mut().enumerate() {
-        if *b == INT3 {
-            if let Some(pp) = lookup(start + i).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
-                *b = pp.orig[0];
+    for i in 0..bytes.len() {
+        let Some(pp) = lookup(start + i).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) else {
+            continue;
+        };
+        match &pp.jump {
+            Ok(prep) if pp.jump_active.load(Ordering::SeqCst) => {
+                let n = prep.patch_len.min(bytes.len() - i);
+                bytes[i..i + n].copy_from_slice(&prep.orig[..n]);
+            }
+            _ if bytes[i] == INT3 => bytes[i] = pp.orig[0],
+            _ => {}
+        }
+    }
+}
+
+/// Whether this process has a single thread (the caller), from /proc/self/status.
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim() == "1")))
+        .unwrap_or(false)
+}
+
+/// The protection of the page holding `addr`.
+fn prot_at(st: &mut State, addr: usize) -> i32 {
+    maps::find(&st.maps(Some(addr)), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot)
+}
+
+/// Replaces the `int3` at an armed point by its jump, when that is safe now.
+fn install_jump(st: &mut State, pp: &ProbePoint) -> Result<(), NoJump> {
+    if !OPTIMIZE.load(Ordering::Relaxed) {
+        return Err(NoJump::Disabled);
+    }
+    let prep = pp.jump.as_ref().map_err(Clone::clone)?;
+    if pp.jump_active.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    // No thread may be stopped inside the bytes about to change: only a lone thread, not
+    // interrupted in arbitrary code by a trap, may put a jump in.
+    if trap::in_signal() || !single_threaded() {
+        return Err(NoJump::Live);
+    }
+    if let Some(k) = (1..prep.patch_len).find(|k| lookup(pp.addr + k).is_some_and(is_armed)) {
+        return Err(NoJump::ProbeInside { at: (pp.addr + k) as u64 });
+    }
+    let bytes = jump::patch_bytes(pp.addr as u64, prep.stub as u64, prep.patch_len);
+    let prot = prot_at(st, pp.addr);
+    // int3 first (already there), then the tail, then the first byte; each step is synced.
+    patch::write_code(pp.addr + 1, &bytes[1..], prot).map_err(|e| NoJump::Stub(e.to_string()))?;
+    patch::write_code(pp.addr, &bytes[..1], prot).map_err(|e| NoJump::Stub(e.to_string()))?;
+    pp.jump_active.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Puts the `int3` back in place of an active jump (the point stays armed).
+fn remove_jump(st: &mut State, pp: &ProbePoint) {
+    let Ok(prep) = &pp.jump else {
+        return;
+    };
+    if !pp.jump_active.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    let prot = prot_at(st, pp.addr);
+    // A thread meeting the int3 meanwhile is sent on by the trap path.
+    let _ = patch::write_code(pp.addr, &[INT3], prot);
+    let _ = patch::write_code(pp.addr + 1, &prep.orig[1..prep.patch_len], prot);
+}
+
+/// Removes the active jump whose patched range holds `addr`, if any, so a probe can go there.
+fn make_room_at(st: &mut State, addr: usize) {
+    for k in 1..MAX_PATCH {
+        if let Some(pp) = addr.checked_sub(k).and_then(lookup) {
+            if matches!(&pp.jump, Ok(prep) if k < prep.patch_len) && pp.jump_active.load(Ordering::SeqCst) {
+                remove_jump(st, pp);
             }
         }
     }
+}
+
+fn is_armed(pp: &ProbePoint) -> bool {
+    !pp.consumers.load(Ordering::SeqCst).is_null()
 }
 
 /// The implementation an IFUNC symbol resolves to, as the dynamic loader chose it.
@@ -445,14 +560,29 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
             return Err(RegisterError::NotEntry { addr, function, start });
         }
     }
-    let pp = match lookup(addr).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
+    let pp = match lookup(addr).filter(|pp| is_armed(pp)) {
         Some(pp) => pp,
-        None => arm(&mut st, addr, &maps)?,
+        None => {
+            make_room_at(&mut st, addr);
+            arm(&mut st, addr, &maps)?
+        }
     };
     let mut probes = current_probes(pp);
     probes.push(consumer);
     publish(pp, probes);
     st.registered.insert(consumer.key(), addr);
+    // Like kprobes filling in `addr`: the object now says where it was placed.
+    // SAFETY: the object is valid (caller) and owned by the registry until unregistered.
+    unsafe { (*consumer.placement()).vaddr = addr as _ };
+    let strategy = install_jump(&mut st, pp);
+    if VERBOSE.load(Ordering::Relaxed) {
+        drop(st);
+        let name = symbolize(addr).unwrap_or_default();
+        match strategy {
+            Ok(()) => crate::output::message(format_args!("probe at {addr:#x} ({name}): jump")),
+            Err(why) => crate::output::message(format_args!("probe at {addr:#x} ({name}): int3 ({why})")),
+        }
+    }
     Ok(addr)
 }
 
@@ -466,26 +596,29 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
     if mapping.contains(runtime_addr()) {
         return Err(RegisterError::InRuntime(addr));
     }
+    if addr == tls_get_addr() {
+        return Err(RegisterError::UsedByHitPath(addr, "__tls_get_addr"));
+    }
     // SAFETY: the mapping is executable, hence readable; reads stop at its end.
     if unsafe { *(addr as *const u8) } == INT3 {
         return Err(RegisterError::ForeignBreakpoint(addr));
     }
-    let insn =
-        match st.function_at(addr, maps) {
-            Some((name, start, bytes)) => {
-                decode::check_boundary(&bytes, start as u64, addr as u64)
-                    .map_err(|source| RegisterError::NotBoundary { addr, function: name.clone(), source })?;
-                decode::decode_at(&bytes[addr - start..], addr as u64)
-            }
-            None => {
-                let len = MAX_INSN_LEN.min(mapping.end - addr);
-                // SAFETY: the range lies inside the executable mapping.
-                let mut bytes = unsafe { patch::read_code(addr, len) };
-                unpatch(&mut bytes, addr);
-                decode::decode_at(&bytes, addr as u64)
-            }
+    let function = st.function_code(addr, maps);
+    let insn = match &function {
+        Some(f) => {
+            decode::check_boundary(&f.bytes, f.start as u64, addr as u64)
+                .map_err(|source| RegisterError::NotBoundary { addr, function: f.name.clone(), source })?;
+            decode::decode_at(&f.bytes[addr - f.start..], addr as u64)
         }
-        .ok_or(RegisterError::Undecodable(addr))?;
+        None => {
+            let len = MAX_INSN_LEN.min(mapping.end - addr);
+            // SAFETY: the range lies inside the executable mapping.
+            let mut bytes = unsafe { patch::read_code(addr, len) };
+            unpatch(&mut bytes, addr);
+            decode::decode_at(&bytes, addr as u64)
+        }
+    }
+    .ok_or(RegisterError::Undecodable(addr))?;
     let reuse = lookup(addr).filter(|pp| {
         // SAFETY: the old point's bytes were read from this mapping, which is still there.
         pp.len == insn.len() && unsafe { patch::read_code(addr, pp.len) } == pp.orig[..pp.len]
@@ -507,22 +640,56 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
             let mut orig = [0; MAX_INSN_LEN];
             // SAFETY: the instruction lies inside the executable mapping.
             orig[..insn.len()].copy_from_slice(&unsafe { patch::read_code(addr, insn.len()) });
-            let pp: &'static ProbePoint = Box::leak(Box::new(ProbePoint {
+            let mut pp = Box::new(ProbePoint {
                 addr,
                 orig,
                 len: insn.len(),
                 plan,
                 slot,
                 consumers: AtomicPtr::new(core::ptr::null_mut()),
-                hits: AtomicU64::new(0),
                 missed: AtomicU64::new(0),
-            }));
+                jump: Err(NoJump::NoFunction),
+                jump_active: AtomicBool::new(false),
+            });
+            let pp_addr = &*pp as *const ProbePoint as u64;
+            pp.jump = match &function {
+                None => Err(NoJump::NoFunction),
+                Some(f) if f.start != addr => Err(NoJump::NotEntry),
+                Some(f) => {
+                    jump::plan(&f.bytes, addr as u64, &f.padding).and_then(|plan| prepare_jump(st, &plan, pp_addr))
+                }
+            };
+            let pp: &'static ProbePoint = Box::leak(pp);
             insert(pp)?;
             pp
         }
     };
     patch::write_code(addr, &[INT3], mapping.prot()).map_err(|source| RegisterError::Patch { addr, source })?;
     Ok(pp)
+}
+
+/// Builds the stub of a planned jump and keeps the bytes the jump will overwrite.
+fn prepare_jump(st: &mut State, plan: &JumpPlan, pp: u64) -> Result<JumpPrep, NoJump> {
+    let addr = plan.covered[0].ip() as usize;
+    if plan.patch_len > MAX_PATCH {
+        return Err(NoJump::TooShort { len: plan.patch_len as u64 });
+    }
+    let common = jump::common_entry();
+    let stub = st
+        .slots
+        .alloc_sized(addr, jump::STUB_SIZE, |s| jump::build_stub(plan, s as u64, pp, common).ok())
+        .map_err(|e| NoJump::Stub(e.to_string()))?;
+    let mut orig = [0; MAX_PATCH];
+    // SAFETY: the range is the function's first bytes and the padding checked after it, all
+    // inside the executable mapping; the int3 of this point is not written yet.
+    orig[..plan.patch_len].copy_from_slice(&unsafe { patch::read_code(addr, plan.patch_len) });
+    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub })
+}
+
+/// The address of `__tls_get_addr`, which the hit path itself calls.
+fn tls_get_addr() -> usize {
+    // SAFETY: dlsym with RTLD_DEFAULT and a C string.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__tls_get_addr".as_ptr()) as usize }
 }
 
 /// Removes `u`; when it was the last probe at its address, the original byte goes back.
@@ -538,7 +705,8 @@ pub fn unregister(consumer: Consumer) {
     let mut probes = current_probes(pp);
     probes.retain(|&p| p != consumer);
     if probes.is_empty() {
-        let prot = maps::find(&st.maps(Some(addr)), addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
+        remove_jump(&mut st, pp);
+        let prot = prot_at(&mut st, addr);
         // A failure leaves the int3 in place: hits then run no handler and stay correct.
         let _ = patch::write_code(addr, &pp.orig[..1], prot);
     }

@@ -135,6 +135,12 @@ impl ElfInfo {
             .min_by_key(|s| s.size)
     }
 
+    /// The address of the first symbol that starts after `vaddr`.
+    pub fn next_symbol_after(&self, vaddr: u64) -> Option<u64> {
+        let i = self.symbols.partition_point(|s| s.value <= vaddr);
+        self.symbols.get(i).map(|s| s.value)
+    }
+
     pub fn symbols(&self) -> &[Symbol] {
         &self.symbols
     }

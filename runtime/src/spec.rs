@@ -13,6 +13,8 @@ pub struct Spec {
     pub params: Vec<(String, String)>,
     /// Where the runtime writes; None is stderr.
     pub output: Option<String>,
+    /// Switches given with `option<TAB>NAME`: `no-optimize`, `verbose`.
+    pub options: Vec<String>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -38,10 +40,15 @@ impl Spec {
                     spec.params.push((name.into(), v.into()));
                 }
                 "output" => spec.output = Some(value.into()),
+                "option" => spec.options.push(value.into()),
                 _ => return Err(SpecError::UnknownKey(key.into())),
             }
         }
         Ok(spec)
+    }
+
+    pub fn has_option(&self, name: &str) -> bool {
+        self.options.iter().any(|o| o == name)
     }
 
     pub fn param(&self, name: &str) -> Option<&str> {

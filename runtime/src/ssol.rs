@@ -77,8 +77,17 @@ fn map_near(near: usize) -> Result<usize, SlotError> {
 impl Slots {
     /// A fresh slot within reach of `near`, holding `code`.
     pub fn alloc(&mut self, near: usize, code: impl Fn(usize) -> Option<Vec<u8>>) -> Result<usize, SlotError> {
-        let reusable =
-            self.areas.iter().position(|a| a.used + SLOT_SIZE <= AREA_SIZE && distance(a.base, near) <= REACH);
+        self.alloc_sized(near, SLOT_SIZE, code)
+    }
+
+    /// A fresh slot of `size` bytes (a multiple of 16) within reach of `near`, holding `code`.
+    pub fn alloc_sized(
+        &mut self,
+        near: usize,
+        size: usize,
+        code: impl Fn(usize) -> Option<Vec<u8>>,
+    ) -> Result<usize, SlotError> {
+        let reusable = self.areas.iter().position(|a| a.used + size <= AREA_SIZE && distance(a.base, near) <= REACH);
         let area = match reusable {
             Some(i) => i,
             None => {
@@ -88,11 +97,11 @@ impl Slots {
         };
         let slot = self.areas[area].base + self.areas[area].used;
         let bytes = code(slot).ok_or(SlotError::Relocate)?;
-        if bytes.len() > SLOT_SIZE {
+        if bytes.len() > size {
             return Err(SlotError::TooLong(bytes.len()));
         }
         patch::write_code(slot, &bytes, PROT).map_err(|e| SlotError::Map { base: slot, errno: e.errno })?;
-        self.areas[area].used += SLOT_SIZE;
+        self.areas[area].used += size;
         Ok(slot)
     }
 }

@@ -26,6 +26,13 @@ thread_local! {
     /// already handling one (a handler, or a libc function the hit path itself calls, is
     /// probed) runs no handler and calls nothing: it only executes the displaced instruction.
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread runs the SIGTRAP handler.
+    static IN_SIGNAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread runs the SIGTRAP handler (it then interrupted arbitrary code).
+pub fn in_signal() -> bool {
+    IN_SIGNAL.with(Cell::get)
 }
 
 /// Whether the calling thread is handling a probe hit, i.e. running handlers (signal-safe).
@@ -194,22 +201,8 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
         return;
     }
     let mut regs = regs_from(gregs, pp.addr);
-    // SAFETY: the list stays allocated until our read-side section ends; each entry is a
-    // registered probe object, which the C ABI keeps valid until unregister returns, and
-    // unregister waits for this section.
-    for &consumer in unsafe { &(*consumers).probes } {
-        // SAFETY: as above; handlers are the user's functions with the documented signatures.
-        unsafe {
-            match consumer {
-                Consumer::Uprobe(u) => {
-                    if let Some(handler) = (*u).handler {
-                        handler(u, &mut regs);
-                    }
-                }
-                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, &mut regs),
-            }
-        }
-    }
+    // SAFETY: the list stays allocated until our read-side section ends.
+    run_consumers(pp, unsafe { &*consumers }, &mut regs);
     registry::read_unlock(epoch);
     regs_into(&regs, gregs);
     if regs.rip as usize == pp.addr {
@@ -250,8 +243,58 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
         return;
     }
     let saved_errno = sys::errno();
+    let was_in_signal = IN_SIGNAL.with(|s| s.replace(true));
     hit(pp, gregs);
     leave_busy(false);
     api::run_deferred();
+    IN_SIGNAL.with(|s| s.set(was_in_signal));
     sys::set_errno(saved_errno);
+}
+
+/// A hit through a jump probe's stub (normal context): runs the handlers on `regs` and gives
+/// the address to resume at: `resume` (the relocated instructions), or where a handler sent
+/// the thread.
+pub fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
+    regs.rip = pp.addr as u64;
+    let nested = enter_busy();
+    if nested || api::inside_runtime() {
+        leave_busy(nested);
+        pp.missed.fetch_add(1, Ordering::Relaxed);
+        return resume;
+    }
+    let saved_errno = sys::errno();
+    let epoch = registry::read_lock();
+    let consumers = pp.consumers.load(Ordering::SeqCst);
+    if !consumers.is_null() {
+        // SAFETY: as in `hit`.
+        run_consumers(pp, unsafe { &*consumers }, regs);
+    }
+    registry::read_unlock(epoch);
+    leave_busy(false);
+    api::run_deferred();
+    sys::set_errno(saved_errno);
+    if regs.rip as usize == pp.addr {
+        resume
+    } else {
+        regs.rip as usize
+    }
+}
+
+/// Calls the handlers of `consumers` in registration order (busy, in a read-side section).
+fn run_consumers(pp: &ProbePoint, consumers: &registry::Consumers, regs: &mut PtRegs) {
+    for &consumer in &consumers.probes {
+        // SAFETY: each entry is a registered probe object, which the C ABI keeps valid until
+        // unregister returns, and unregister waits for the caller's read-side section; the
+        // handlers are the user's functions with the documented signatures.
+        unsafe {
+            match consumer {
+                Consumer::Uprobe(u) => {
+                    if let Some(handler) = (*u).handler {
+                        handler(u, regs);
+                    }
+                }
+                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs),
+            }
+        }
+    }
 }

@@ -1,0 +1,468 @@
+//! Trap-free probes: the first instructions of a function replaced by a 5-byte `jmp` to a
+//! per-probe stub that calls the handlers directly, as optimized kprobes do.
+//!
+//! The stub steps over the red zone, saves the registers into a `struct pt_regs` (plus flags
+//! and the SSE registers), calls [`jump_hit`] in normal thread context, restores everything
+//! (with the handlers' changes), runs the relocated displaced instructions and jumps back. A hit
+//! costs tens of nanoseconds instead of a signal.
+//!
+//! [`plan`] decides, from the function's own code, whether the jump is safe: the covered
+//! instructions decode and relocate, nothing in the function branches into the bytes the jump
+//! overwrites, the function has no indirect jump (a jump table could land anywhere), and the
+//! patched bytes stay in the function, or in the padding after it when the function is shorter
+//! than 5 bytes. Anything else keeps the `int3` of the trap path. Only function entries take
+//! jumps: an entry is not an exception landing pad or a `setjmp` return point.
+
+use core::fmt;
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock,
+    MemoryOperand, Mnemonic, Register,
+};
+
+use crate::abi::PtRegs;
+
+/// The length of `jmp rel32`.
+pub const JMP_LEN: usize = 5;
+/// Bytes reserved for one stub.
+pub const STUB_SIZE: usize = 160;
+
+/// Why a probe keeps the `int3` strategy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoJump {
+    /// `--no-optimize`.
+    Disabled,
+    /// No sized symbol covers the address.
+    NoFunction,
+    /// Not the function's first instruction.
+    NotEntry,
+    /// Registered while other threads may run the code (or from a handler).
+    Live,
+    Undecodable {
+        at: u64,
+    },
+    IndirectJump {
+        at: u64,
+    },
+    BranchIntoPatch {
+        from: u64,
+        to: u64,
+    },
+    CallNotLast {
+        at: u64,
+    },
+    IndirectCall {
+        at: u64,
+    },
+    Unrelocatable {
+        at: u64,
+        why: String,
+    },
+    TooShort {
+        len: u64,
+    },
+    /// Another probe point lies in the bytes the jump would overwrite.
+    ProbeInside {
+        at: u64,
+    },
+    Stub(String),
+}
+
+impl fmt::Display for NoJump {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            NoJump::Disabled => write!(f, "jump probes disabled (--no-optimize)"),
+            NoJump::NoFunction => write!(f, "no function symbol covers it"),
+            NoJump::NotEntry => write!(f, "not a function entry"),
+            NoJump::Live => write!(f, "registered while other threads run (live patching uses int3)"),
+            NoJump::Undecodable { at } => write!(f, "the function does not decode at {at:#x}"),
+            NoJump::IndirectJump { at } => write!(f, "indirect jump at {at:#x} (jump table)"),
+            NoJump::BranchIntoPatch { from, to } => {
+                write!(f, "branch at {from:#x} lands in the patched bytes at {to:#x}")
+            }
+            NoJump::CallNotLast { at } => write!(f, "call at {at:#x} returns into the patched bytes"),
+            NoJump::IndirectCall { at } => write!(f, "indirect call at {at:#x} in the patched bytes"),
+            NoJump::Unrelocatable { at, why } => write!(f, "instruction at {at:#x} cannot be relocated: {why}"),
+            NoJump::TooShort { len } => write!(f, "function of {len} bytes with no free padding after it"),
+            NoJump::ProbeInside { at } => write!(f, "another probe at {at:#x} lies in the patched bytes"),
+            NoJump::Stub(why) => write!(f, "stub: {why}"),
+        }
+    }
+}
+
+/// What the jump replaces: the covered instructions and how many bytes are overwritten.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JumpPlan {
+    pub covered: Vec<Instruction>,
+    pub patch_len: usize,
+}
+
+fn decode_all(bytes: &[u8], ip: u64) -> Result<Vec<Instruction>, NoJump> {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    while decoder.can_decode() {
+        let at = decoder.ip();
+        let insn = decoder.decode();
+        if insn.is_invalid() {
+            return Err(NoJump::Undecodable { at });
+        }
+        out.push(insn);
+    }
+    Ok(out)
+}
+
+fn is_padding(bytes: &[u8]) -> bool {
+    let mut decoder = Decoder::new(64, bytes, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Decides whether the entry `addr` of the function `func` (its bytes, as before any probe,
+/// starting at `addr`) can take a jump. `padding` are the bytes between the function's end and
+/// the next symbol.
+pub fn plan(func: &[u8], addr: u64, padding: &[u8]) -> Result<JumpPlan, NoJump> {
+    let insns = decode_all(func, addr)?;
+    if let Some(i) = insns.iter().find(|i| i.flow_control() == FlowControl::IndirectBranch) {
+        return Err(NoJump::IndirectJump { at: i.ip() });
+    }
+    let mut covered = Vec::new();
+    let mut len = 0;
+    for insn in &insns {
+        if len >= JMP_LEN {
+            break;
+        }
+        covered.push(*insn);
+        len += insn.len();
+    }
+    let last = covered.last().copied().ok_or(NoJump::TooShort { len: 0 })?;
+    let ends_flow = matches!(last.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch);
+    let patch_len = if len >= JMP_LEN {
+        len
+    } else if ends_flow && padding.len() >= JMP_LEN - len && is_padding(&padding[..JMP_LEN - len]) {
+        JMP_LEN
+    } else {
+        return Err(NoJump::TooShort { len: func.len() as u64 });
+    };
+    for (k, insn) in covered.iter().enumerate() {
+        let at = insn.ip();
+        match insn.flow_control() {
+            FlowControl::Call if insn.is_call_near() && k + 1 != covered.len() => {
+                return Err(NoJump::CallNotLast { at })
+            }
+            FlowControl::IndirectCall => return Err(NoJump::IndirectCall { at }),
+            FlowControl::Interrupt if matches!(insn.mnemonic(), Mnemonic::Int3 | Mnemonic::Int1) => {
+                return Err(NoJump::Unrelocatable { at, why: "breakpoint".into() })
+            }
+            FlowControl::XbeginXabortXend => return Err(NoJump::Unrelocatable { at, why: "transactional".into() }),
+            _ if insn.is_jmp_far()
+                || insn.is_call_far()
+                || insn.is_jmp_far_indirect()
+                || insn.is_call_far_indirect() =>
+            {
+                return Err(NoJump::Unrelocatable { at, why: "far transfer".into() })
+            }
+            _ => {}
+        }
+    }
+    let inside = |t: u64| t > addr && t < addr + patch_len as u64;
+    for insn in &insns {
+        let target = match insn.flow_control() {
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
+                if insn.op0_kind() == iced_x86::OpKind::NearBranch64 =>
+            {
+                insn.near_branch_target()
+            }
+            _ => continue,
+        };
+        if inside(target) {
+            return Err(NoJump::BranchIntoPatch { from: insn.ip(), to: target });
+        }
+    }
+    Ok(JumpPlan { covered, patch_len })
+}
+
+/// The fixed head of every stub: step over the red zone, leave the probe point's address on
+/// the stack, and call the common save/restore code through a pointer stored after the stub.
+fn stub_head(pp: u64) -> Vec<u8> {
+    let mut head = vec![0x48, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff]; // lea -0x88(%rsp),%rsp
+    head.push(0x50); // push %rax
+    head.extend([0x48, 0xb8]); // movabs $pp,%rax
+    head.extend(pp.to_le_bytes());
+    head.extend([0x48, 0x89, 0x44, 0x24, 0x08]); // mov %rax,0x8(%rsp)
+    head.push(0x58); // pop %rax
+    head.extend([0xff, 0x15, 0, 0, 0, 0]); // call *disp32(%rip), patched below
+    head
+}
+
+/// The stub at `stub` for probe point `pp`: head, relocated covered instructions, the jump
+/// back to the end of the patched bytes, and the address of `common`.
+pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64) -> Result<Vec<u8>, NoJump> {
+    let mut code = stub_head(pp);
+    let body_ip = stub + code.len() as u64;
+    let err = |e: iced_x86::IcedError| NoJump::Stub(e.to_string());
+    let resume = plan.covered[0].ip() + plan.patch_len as u64;
+    let mut body = Vec::new();
+    for insn in &plan.covered {
+        if insn.is_call_near() {
+            // The call's return address is the original one, so the callee returns into the
+            // program and unwinders see the real caller.
+            let ret = insn.next_ip();
+            body.push(
+                Instruction::with2(Code::Lea_r64_m, Register::RSP, MemoryOperand::with_base_displ(Register::RSP, -8))
+                    .map_err(err)?,
+            );
+            body.push(
+                Instruction::with2(Code::Mov_rm32_imm32, MemoryOperand::with_base(Register::RSP), ret as u32)
+                    .map_err(err)?,
+            );
+            body.push(
+                Instruction::with2(
+                    Code::Mov_rm32_imm32,
+                    MemoryOperand::with_base_displ(Register::RSP, 4),
+                    (ret >> 32) as u32,
+                )
+                .map_err(err)?,
+            );
+            body.push(Instruction::with_branch(Code::Jmp_rel32_64, insn.near_branch_target()).map_err(err)?);
+        } else {
+            body.push(*insn);
+        }
+    }
+    let last = plan.covered.last().expect("a plan covers at least one instruction");
+    if !(last.is_call_near() || matches!(last.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch)) {
+        body.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).map_err(err)?);
+    }
+    let encoded = BlockEncoder::encode(64, InstructionBlock::new(&body, body_ip), BlockEncoderOptions::NONE)
+        .map_err(|e| NoJump::Unrelocatable { at: plan.covered[0].ip(), why: e.to_string() })?;
+    code.extend(encoded.code_buffer);
+    while !code.len().is_multiple_of(8) {
+        code.push(0xcc);
+    }
+    let data = stub + code.len() as u64;
+    let call_end = stub + stub_head(pp).len() as u64;
+    let disp = (data as i64 - call_end as i64) as i32;
+    let at = stub_head(pp).len() - 4;
+    code[at..at + 4].copy_from_slice(&disp.to_le_bytes());
+    code.extend(common.to_le_bytes());
+    if code.len() > STUB_SIZE {
+        return Err(NoJump::Stub(format!("{} bytes, more than a stub holds", code.len())));
+    }
+    Ok(code)
+}
+
+/// The bytes written over the patched range: `jmp stub`, then `int3` filler.
+pub fn patch_bytes(addr: u64, stub: u64, patch_len: usize) -> Vec<u8> {
+    let rel = (stub as i64 - (addr as i64 + JMP_LEN as i64)) as i32;
+    let mut bytes = vec![0xe9];
+    bytes.extend(rel.to_le_bytes());
+    bytes.resize(patch_len, 0xcc);
+    bytes
+}
+
+/// Called by the common stub code with the registers it saved; runs the handlers of the probe
+/// point and gives the address to resume at (normal context).
+extern "C" fn jump_hit(regs: &mut PtRegs) -> usize {
+    // The common code pushed 21 registers below the stub's return address and the probe point.
+    let frame = regs as *mut PtRegs as usize + 21 * 8;
+    // SAFETY: the stub left its return address and the probe point's address there.
+    let (resume, pp) = unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
+    regs.rsp = (frame + 16 + 128) as u64;
+    regs.cs = 0x33;
+    regs.ss = 0x2b;
+    // SAFETY: the stub was built for this probe point, which is never freed.
+    let pp = unsafe { &*(pp as *const crate::registry::ProbePoint) };
+    crate::trap::direct_hit(pp, regs, resume)
+}
+
+core::arch::global_asm!(
+    ".pushsection .text.uprobe_jump_common,\"ax\",@progbits",
+    ".globl uprobe_jump_common",
+    ".hidden uprobe_jump_common",
+    ".type uprobe_jump_common,@function",
+    ".p2align 4",
+    "uprobe_jump_common:",
+    "push 0", // ss
+    "push 0", // rsp
+    "pushfq",
+    "push 0", // cs
+    "push 0", // rip
+    "push -1", // orig_rax
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "push rcx",
+    "push rax",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "mov rbx, rsp",
+    "sub rsp, 256",
+    "and rsp, -16",
+    "movaps [rsp], xmm0",
+    "movaps [rsp + 16], xmm1",
+    "movaps [rsp + 32], xmm2",
+    "movaps [rsp + 48], xmm3",
+    "movaps [rsp + 64], xmm4",
+    "movaps [rsp + 80], xmm5",
+    "movaps [rsp + 96], xmm6",
+    "movaps [rsp + 112], xmm7",
+    "movaps [rsp + 128], xmm8",
+    "movaps [rsp + 144], xmm9",
+    "movaps [rsp + 160], xmm10",
+    "movaps [rsp + 176], xmm11",
+    "movaps [rsp + 192], xmm12",
+    "movaps [rsp + 208], xmm13",
+    "movaps [rsp + 224], xmm14",
+    "movaps [rsp + 240], xmm15",
+    "cld",
+    "mov rdi, rbx",
+    "call {jump_hit}",
+    "mov qword ptr [rbx + 168], rax",
+    "movaps xmm0, [rsp]",
+    "movaps xmm1, [rsp + 16]",
+    "movaps xmm2, [rsp + 32]",
+    "movaps xmm3, [rsp + 48]",
+    "movaps xmm4, [rsp + 64]",
+    "movaps xmm5, [rsp + 80]",
+    "movaps xmm6, [rsp + 96]",
+    "movaps xmm7, [rsp + 112]",
+    "movaps xmm8, [rsp + 128]",
+    "movaps xmm9, [rsp + 144]",
+    "movaps xmm10, [rsp + 160]",
+    "movaps xmm11, [rsp + 176]",
+    "movaps xmm12, [rsp + 192]",
+    "movaps xmm13, [rsp + 208]",
+    "movaps xmm14, [rsp + 224]",
+    "movaps xmm15, [rsp + 240]",
+    "mov rsp, rbx",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbp",
+    "pop rbx",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rax",
+    "pop rcx",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "add rsp, 24", // orig_rax, rip, cs
+    "popfq",
+    "add rsp, 16", // rsp, ss
+    "ret 136",     // to the resume address; drops the probe point and the red zone
+    ".size uprobe_jump_common, . - uprobe_jump_common",
+    ".popsection",
+    jump_hit = sym jump_hit,
+);
+
+extern "C" {
+    fn uprobe_jump_common();
+}
+
+/// The address stubs call.
+pub fn common_entry() -> u64 {
+    uprobe_jump_common as *const () as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::decode_at;
+
+    const AT: u64 = 0x40_1000;
+
+    #[test]
+    fn plans_a_classic_prologue() {
+        // endbr64; push %rbp; mov %rsp,%rbp; mov %edi,%eax; pop %rbp; ret
+        let f = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x89, 0xf8, 0x5d, 0xc3];
+        let p = plan(&f, AT, &[]).unwrap();
+        assert_eq!(p.covered.len(), 2);
+        assert_eq!(p.patch_len, 5);
+    }
+
+    #[test]
+    fn refuses_branches_into_the_patched_bytes() {
+        // xor %eax,%eax; inc %eax (2 bytes, at +2); cmp $9,%eax; jne +2 (back to inc); ret
+        let f = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x09, 0x75, 0xf9, 0xc3];
+        assert_eq!(plan(&f, AT, &[]), Err(NoJump::BranchIntoPatch { from: AT + 7, to: AT + 2 }));
+    }
+
+    #[test]
+    fn refuses_jump_tables() {
+        // mov %edi,%eax; jmp *(%rax); ret  (any indirect jump)
+        let f = [0x89, 0xf8, 0x90, 0x90, 0x90, 0xff, 0x20, 0xc3];
+        assert_eq!(plan(&f, AT, &[]), Err(NoJump::IndirectJump { at: AT + 5 }));
+    }
+
+    #[test]
+    fn a_call_must_end_the_patched_bytes() {
+        // call +0; nop; ret: the call is 5 bytes and the last covered one
+        let f = [0xe8, 0, 0, 0, 0, 0x90, 0xc3];
+        assert!(plan(&f, AT, &[]).is_ok());
+        // push %rbx; call +0; the call covers bytes 1..6 and ends the range
+        let f = [0x53, 0xe8, 0, 0, 0, 0, 0xc3];
+        assert_eq!(plan(&f, AT, &[]).unwrap().patch_len, 6);
+        // xor; call *%rax: indirect calls stay on int3
+        let f = [0x31, 0xc0, 0xff, 0xd0, 0x90, 0xc3];
+        assert_eq!(plan(&f, AT, &[]), Err(NoJump::IndirectCall { at: AT + 2 }));
+    }
+
+    #[test]
+    fn short_functions_use_padding_only_after_a_final_ret() {
+        // lea 0x1(%rdi),%eax; ret  (4 bytes), then int3 padding
+        let f = [0x8d, 0x47, 0x01, 0xc3];
+        assert_eq!(plan(&f, AT, &[0xcc; 12]).unwrap().patch_len, 5);
+        assert_eq!(plan(&f, AT, &[0x55]), Err(NoJump::TooShort { len: 4 }));
+        assert_eq!(plan(&f, AT, &[]), Err(NoJump::TooShort { len: 4 }));
+    }
+
+    #[test]
+    fn stub_relocates_and_jumps_back() {
+        // mov 0x100(%rip),%eax (6 bytes) at AT; the stub runs it with the same target
+        let f = [0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3];
+        let p = plan(&f, AT, &[]).unwrap();
+        let stub = AT + 0x10_0000;
+        let code = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000).unwrap();
+        let head = stub_head(0x1234).len();
+        let moved = decode_at(&code[head..], stub + head as u64).unwrap();
+        assert_eq!(moved.ip_rel_memory_address(), AT + 6 + 0x100);
+        let back = decode_at(&code[head + moved.len()..], moved.next_ip()).unwrap();
+        assert_eq!(back.near_branch_target(), AT + 6);
+        let call = decode_at(&code[head - 6..], stub + head as u64 - 6).unwrap();
+        assert_eq!(call.mnemonic(), Mnemonic::Call);
+        let slot = call.ip_rel_memory_address() - stub;
+        assert_eq!(&code[slot as usize..slot as usize + 8], &0x7f00_0000_0000u64.to_le_bytes());
+    }
+
+    #[test]
+    fn stub_replaces_a_final_call_keeping_the_real_return_address() {
+        let f = [0x53, 0xe8, 0x10, 0, 0, 0, 0xc3];
+        let p = plan(&f, AT, &[]).unwrap();
+        let stub = AT + 0x1000;
+        let code = build_stub(&p, stub, 1, 2).unwrap();
+        let head = stub_head(1).len();
+        let mut decoder = Decoder::with_ip(64, &code[head..], stub + head as u64, DecoderOptions::NONE);
+        let mnemonics: Vec<Mnemonic> = (0..5).map(|_| decoder.decode().mnemonic()).collect();
+        assert_eq!(mnemonics, [Mnemonic::Push, Mnemonic::Lea, Mnemonic::Mov, Mnemonic::Mov, Mnemonic::Jmp]);
+        let patch = patch_bytes(AT, stub, p.patch_len);
+        assert_eq!(patch.len(), 6);
+        assert_eq!(decode_at(&patch, AT).unwrap().near_branch_target(), stub);
+        assert_eq!(patch[5], 0xcc);
+    }
+}
