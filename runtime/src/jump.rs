@@ -111,13 +111,20 @@ fn decode_all(bytes: &[u8], ip: u64) -> Result<Vec<Instruction>, NoJump> {
     Ok(out)
 }
 
-fn is_padding(bytes: &[u8]) -> bool {
+/// Whether the first `need` bytes of `bytes` are alignment padding: whole nop or int3
+/// instructions (a multi-byte nop may run past `need`).
+fn is_padding(bytes: &[u8], need: usize) -> bool {
     let mut decoder = Decoder::new(64, bytes, DecoderOptions::NONE);
-    while decoder.can_decode() {
-        let insn = decoder.decode();
-        if !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+    let mut covered = 0;
+    while covered < need {
+        if !decoder.can_decode() {
             return false;
         }
+        let insn = decoder.decode();
+        if insn.is_invalid() || !matches!(insn.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            return false;
+        }
+        covered += insn.len();
     }
     true
 }
@@ -143,7 +150,7 @@ pub fn plan(func: &[u8], addr: u64, padding: &[u8]) -> Result<JumpPlan, NoJump> 
     let ends_flow = matches!(last.flow_control(), FlowControl::Return | FlowControl::UnconditionalBranch);
     let patch_len = if len >= JMP_LEN {
         len
-    } else if ends_flow && padding.len() >= JMP_LEN - len && is_padding(&padding[..JMP_LEN - len]) {
+    } else if ends_flow && is_padding(padding, JMP_LEN - len) {
         JMP_LEN
     } else {
         return Err(NoJump::TooShort { len: func.len() as u64 });
@@ -185,6 +192,9 @@ pub fn plan(func: &[u8], addr: u64, padding: &[u8]) -> Result<JumpPlan, NoJump> 
     }
     Ok(JumpPlan { covered, patch_len })
 }
+
+/// Where the relocated instructions start in a stub (after [`stub_head`]).
+pub const BODY_OFFSET: usize = 31;
 
 /// The fixed head of every stub: step over the red zone, leave the probe point's address on
 /// the stack, and call the common save/restore code through a pointer stored after the stub.
@@ -364,7 +374,7 @@ core::arch::global_asm!(
     "pop rdi",
     "add rsp, 24", // orig_rax, rip, cs
     "popfq",
-    "add rsp, 16", // rsp, ss
+    "lea rsp, [rsp + 16]", // rsp, ss; lea keeps the flags popfq restored
     "ret 136",     // to the resume address; drops the probe point and the red zone
     ".size uprobe_jump_common, . - uprobe_jump_common",
     ".popsection",
@@ -428,8 +438,17 @@ mod tests {
         // lea 0x1(%rdi),%eax; ret  (4 bytes), then int3 padding
         let f = [0x8d, 0x47, 0x01, 0xc3];
         assert_eq!(plan(&f, AT, &[0xcc; 12]).unwrap().patch_len, 5);
+        // cs nopw 0x0(%rax,%rax,1): one 10-byte nop
+        let nopw = [0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0, 0x90, 0x90];
+        assert_eq!(plan(&f, AT, &nopw).unwrap().patch_len, 5);
+        assert_eq!(plan(&f, AT, &nopw[..3]), Err(NoJump::TooShort { len: 4 }));
         assert_eq!(plan(&f, AT, &[0x55]), Err(NoJump::TooShort { len: 4 }));
         assert_eq!(plan(&f, AT, &[]), Err(NoJump::TooShort { len: 4 }));
+    }
+
+    #[test]
+    fn body_offset_matches_the_head() {
+        assert_eq!(stub_head(0).len(), BODY_OFFSET);
     }
 
     #[test]

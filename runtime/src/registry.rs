@@ -47,6 +47,10 @@ pub struct ProbePoint {
     pub jump: Result<JumpPrep, NoJump>,
     /// Whether the jump is in place now (while armed; otherwise the `int3` is).
     pub jump_active: AtomicBool,
+    /// Whether the bytes after the first may hold the jump's: from just before the jump is
+    /// written until its original bytes are back. A thread that meets the `int3` then must
+    /// not resume inside the range: the trap path sends it to the stub's relocated code.
+    pub tail_patched: AtomicBool,
 }
 
 /// A jump ready to be written: its stub is built and stays for the life of the process.
@@ -449,8 +453,14 @@ fn install_jump(st: &mut State, pp: &ProbePoint) -> Result<(), NoJump> {
     let bytes = jump::patch_bytes(pp.addr as u64, prep.stub as u64, prep.patch_len);
     let prot = prot_at(st, pp.addr);
     // int3 first (already there), then the tail, then the first byte; each step is synced.
-    patch::write_code(pp.addr + 1, &bytes[1..], prot).map_err(|e| NoJump::Stub(e.to_string()))?;
-    patch::write_code(pp.addr, &bytes[..1], prot).map_err(|e| NoJump::Stub(e.to_string()))?;
+    pp.tail_patched.store(true, Ordering::SeqCst);
+    if let Err(e) = patch::write_code(pp.addr + 1, &bytes[1..], prot) {
+        pp.tail_patched.store(false, Ordering::SeqCst);
+        return Err(NoJump::Stub(e.to_string()));
+    }
+    // Cannot fail now that the same pages took the tail; if it did, the int3 stays and
+    // threads meeting it go through the stub's relocated code.
+    let _ = patch::write_code(pp.addr, &bytes[..1], prot);
     pp.jump_active.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -464,9 +474,11 @@ fn remove_jump(st: &mut State, pp: &ProbePoint) {
         return;
     }
     let prot = prot_at(st, pp.addr);
-    // A thread meeting the int3 meanwhile is sent on by the trap path.
+    // A thread meeting the int3 meanwhile is sent to the stub's relocated code.
     let _ = patch::write_code(pp.addr, &[INT3], prot);
-    let _ = patch::write_code(pp.addr + 1, &prep.orig[1..prep.patch_len], prot);
+    if patch::write_code(pp.addr + 1, &prep.orig[1..prep.patch_len], prot).is_ok() {
+        pp.tail_patched.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Removes the active jump whose patched range holds `addr`, if any, so a probe can go there.
@@ -650,6 +662,7 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
                 missed: AtomicU64::new(0),
                 jump: Err(NoJump::NoFunction),
                 jump_active: AtomicBool::new(false),
+                tail_patched: AtomicBool::new(false),
             });
             let pp_addr = &*pp as *const ProbePoint as u64;
             pp.jump = match &function {

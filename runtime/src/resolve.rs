@@ -74,6 +74,8 @@ pub struct Symbol {
     pub size: u64,
     /// STT_GNU_IFUNC: `value` is the resolver, not the implementation.
     pub ifunc: bool,
+    /// A function (or code label), not data.
+    pub code: bool,
 }
 
 /// What the runtime needs from one ELF file.
@@ -96,11 +98,20 @@ impl ElfInfo {
         let mut symbols: Vec<Symbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
+            .filter(|s| {
+                matches!(s.kind(), SymbolKind::Text | SymbolKind::Data) && !s.is_undefined() && s.address() != 0
+            })
             .filter_map(|s| {
                 let ifunc = matches!(s.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == STT_GNU_IFUNC);
+                let code = s.kind() == SymbolKind::Text;
                 let name = s.name().ok()?;
-                (!name.is_empty()).then(|| Symbol { name: name.to_string(), value: s.address(), size: s.size(), ifunc })
+                (!name.is_empty()).then(|| Symbol {
+                    name: name.to_string(),
+                    value: s.address(),
+                    size: s.size(),
+                    ifunc,
+                    code,
+                })
             })
             .collect();
         symbols.sort_by(|a, b| (a.value, &a.name).cmp(&(b.value, &b.name)));
@@ -123,7 +134,7 @@ impl ElfInfo {
         self.by_name.get(name).map(|&i| &self.symbols[i])
     }
 
-    /// The sized symbol whose range holds the link-time address `vaddr` (the smallest if
+    /// The sized function symbol whose range holds the link-time address `vaddr` (the smallest if
     /// several overlap).
     pub fn containing(&self, vaddr: u64) -> Option<&Symbol> {
         let end = self.symbols.partition_point(|s| s.value <= vaddr);
@@ -131,14 +142,14 @@ impl ElfInfo {
             .iter()
             .rev()
             .take_while(|s| vaddr - s.value < 1 << 24)
-            .filter(|s| s.size > 0 && vaddr < s.value + s.size)
+            .filter(|s| s.code && s.size > 0 && vaddr < s.value + s.size)
             .min_by_key(|s| s.size)
     }
 
     /// The address of the first symbol that starts after `vaddr`.
     pub fn next_symbol_after(&self, vaddr: u64) -> Option<u64> {
         let i = self.symbols.partition_point(|s| s.value <= vaddr);
-        self.symbols.get(i).map(|s| s.value)
+        self.symbols[i..].iter().find(|s| s.code).map(|s| s.value)
     }
 
     pub fn symbols(&self) -> &[Symbol] {

@@ -352,7 +352,7 @@ core::arch::global_asm!(
     "pop rdi",
     "add rsp, 24", // orig_rax, rip, cs
     "popfq",
-    "add rsp, 16", // rsp, ss
+    "lea rsp, [rsp + 16]", // rsp, ss; lea keeps the flags popfq restored
     "ret",
     ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
     ".popsection",

@@ -17,7 +17,7 @@ use crate::abi::PtRegs;
 use crate::decode::Plan;
 use crate::emulate::{self, Cpu};
 use crate::registry::{self, Consumer, ProbePoint};
-use crate::{api, output, retprobe, sys};
+use crate::{api, jump, output, retprobe, sys};
 
 const SI_KERNEL: c_int = 0x80;
 
@@ -183,8 +183,16 @@ fn regs_into(regs: &PtRegs, g: &mut Gregs) {
     w(libc::REG_RSP, regs.rsp);
 }
 
-/// Executes the instruction displaced by the probe at `pp`: on the context, or out of line.
+/// Executes the instruction displaced by the probe at `pp`: on the context, or out of line;
+/// while a jump is being written or taken out there, the whole patched range runs from the
+/// jump's stub instead.
 fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
+    if pp.tail_patched.load(Ordering::SeqCst) {
+        if let Ok(prep) = &pp.jump {
+            gregs[libc::REG_RIP as usize] = (prep.stub + jump::BODY_OFFSET) as i64;
+            return;
+        }
+    }
     match pp.plan {
         Plan::Emulate(e) => emulate::execute(&e, &mut SignalCpu { gregs }, (pp.addr + pp.len) as u64),
         Plan::OutOfLine => gregs[libc::REG_RIP as usize] = pp.slot as i64,

@@ -118,10 +118,17 @@ impl Run {
     }
 }
 
+/// Whether this test run keeps every probe on the int3 path: the suite runs twice, once as is
+/// and once with `UPROBE_TEST_NO_OPTIMIZE=1`, which adds `--no-optimize` to every run.
+pub fn int3_only() -> bool {
+    std::env::var_os("UPROBE_TEST_NO_OPTIMIZE").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 /// Runs `uprobe-run ARGS` with `-o` pointing to a fresh file, and collects everything.
 pub fn run_uprobe(args: &[&str]) -> Run {
     let out = tempfile("out");
     let output = Command::new(uprobe_run())
+        .args(int3_only().then_some("--no-optimize"))
         .arg("-o")
         .arg(&out)
         .args(args)
