@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::abi::{Uprobe, Uretprobe, UPTY_UPROBE, UPTY_URETPROBE};
 use crate::registry::{self, Consumer, RegisterError};
-use crate::{output, retprobe, trap};
+use crate::{output, retprobe, thread, trap};
 
 #[derive(Clone, Copy)]
 enum Request {
@@ -23,10 +23,8 @@ enum Request {
 const QUEUE_LEN: usize = 32;
 
 thread_local! {
-    /// How deep this thread is inside runtime entry points.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Requests queued by handlers on this thread; `thread::ThreadState::queued` counts them.
     static QUEUE: [Cell<Option<Request>>; QUEUE_LEN] = const { [const { Cell::new(None) }; QUEUE_LEN] };
-    static QUEUED: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Marks the calling thread as inside the runtime for its lifetime.
@@ -34,44 +32,46 @@ struct Inside;
 
 impl Inside {
     fn enter() -> Inside {
-        DEPTH.with(|d| d.set(d.get() + 1));
+        let t = thread::current();
+        t.depth.set(t.depth.get() + 1);
         Inside
     }
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get() - 1));
+        let t = thread::current();
+        t.depth.set(t.depth.get() - 1);
         run_deferred();
     }
 }
 
 /// Whether the calling thread is inside a runtime entry point (signal-safe).
 pub fn inside_runtime() -> bool {
-    DEPTH.with(Cell::get) != 0
+    thread::current().depth.get() != 0
 }
 
 fn queue(request: Request) -> c_int {
-    QUEUED.with(|n| {
-        let i = n.get();
-        if i == QUEUE_LEN {
-            return -libc::EAGAIN;
-        }
-        QUEUE.with(|q| q[i].set(Some(request)));
-        n.set(i + 1);
-        -libc::EINPROGRESS
-    })
+    let n = &thread::current().queued;
+    let i = n.get();
+    if i == QUEUE_LEN {
+        return -libc::EAGAIN;
+    }
+    QUEUE.with(|q| q[i].set(Some(request)));
+    n.set(i + 1);
+    -libc::EINPROGRESS
 }
 
 /// Carries out the requests handlers queued on this thread, when it is safe to (signal-safe:
 /// see the module doc).
 pub fn run_deferred() {
-    if DEPTH.with(Cell::get) != 0 || trap::in_handler() || QUEUED.with(Cell::get) == 0 {
+    let t = thread::current();
+    if t.depth.get() != 0 || t.busy.get() || t.queued.get() == 0 {
         return;
     }
     let _inside = Inside::enter();
     let mut i = 0;
-    while i < QUEUED.with(Cell::get) {
+    while i < t.queued.get() {
         let request = QUEUE.with(|q| q[i].take());
         i += 1;
         let (consumer, reg, result) = match request {
@@ -94,7 +94,7 @@ pub fn run_deferred() {
             }
         }
     }
-    QUEUED.with(|n| n.set(0));
+    t.queued.set(0);
 }
 
 fn describe(u: &Uprobe) -> String {

@@ -3,7 +3,7 @@
 use crate::spec::{self, Spec};
 use std::sync::atomic::Ordering;
 
-use crate::{api, handlers, output, patch, registry, retprobe, sys, trap};
+use crate::{api, handlers, output, patch, registry, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -53,7 +53,7 @@ extern "C" fn init() {
     registry::OPTIMIZE.store(!spec.has_option("no-optimize"), Ordering::Relaxed);
     registry::VERBOSE.store(spec.has_option("verbose"), Ordering::Relaxed);
     patch::init();
-    retprobe::init();
+    registry::init_readers();
     if let Err(errno) = trap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }

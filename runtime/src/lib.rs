@@ -19,6 +19,7 @@
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
 //! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
+//! - [`thread`]: the runtime's per-thread state;
 //! - [`alloc`]: the runtime's own allocator, usable from signal context;
 //! - [`sys`]: every raw syscall the runtime makes.
 #![deny(unsafe_code)]
@@ -53,6 +54,8 @@ pub mod spec;
 pub mod ssol;
 #[allow(unsafe_code)]
 pub mod sys;
+#[allow(unsafe_code)]
+pub mod thread;
 #[allow(unsafe_code)]
 pub mod trap;
 

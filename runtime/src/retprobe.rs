@@ -3,9 +3,10 @@
 //! At an entry hit of a return-probed function the runtime saves the real return address in a
 //! per-thread, bounded, preallocated return stack and replaces it, on the program's stack,
 //! with the address of [`uprobe_ret_trampoline`]. That trampoline is plain code: when the
-//! function returns into it, it saves every register (general, flags, and the whole vector
-//! state with XSAVE), calls [`return_hit`] in normal thread context, which runs the return
-//! handlers with the registers as a `struct pt_regs`, and resumes at the real return address.
+//! function returns into it, it saves the general registers, the flags and xmm0-15 (what a
+//! handler compiled for x86-64 may change), calls [`return_hit`] in normal thread context,
+//! which runs the return handlers with the registers as a `struct pt_regs`, and resumes at the
+//! real return address.
 //! A return costs a few dozen nanoseconds, not a signal.
 //!
 //! Each record remembers the stack slot of the address it replaced. A record whose slot lies
@@ -22,7 +23,7 @@
 
 use core::ffi::{c_int, c_void};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::abi::{PtRegs, Uretprobe, UretprobeInstance};
 use crate::registry::{self, Consumer, ProbePoint};
@@ -241,7 +242,7 @@ extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
 }
 
 fn run_return_handler(frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRegs) {
-    let epoch = registry::read_lock();
+    let epoch = registry::read_lock(crate::thread::current());
     // SAFETY: the probe point is never freed; its consumer list is valid in this section.
     let pp = unsafe { &*frame.pp };
     let list = pp.consumers.load(Ordering::SeqCst);
@@ -255,20 +256,6 @@ fn run_return_handler(frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRe
         }
     }
     registry::read_unlock(epoch);
-}
-
-/// Bytes of the XSAVE area for the state the OS enabled (0: use FXSAVE's 512).
-static UPROBE_XSAVE_SIZE: AtomicUsize = AtomicUsize::new(0);
-
-/// Sizes the vector-state save area of the trampoline (start-up).
-pub fn init() {
-    let leaf1 = core::arch::x86_64::__cpuid(1);
-    let osxsave = leaf1.ecx & (1 << 27) != 0;
-    if osxsave {
-        // Leaf 0xD exists when XSAVE is enabled; EBX is the size for XCR0's features.
-        let size = core::arch::x86_64::__cpuid_count(0xd, 0).ebx as usize;
-        UPROBE_XSAVE_SIZE.store(size.max(576), Ordering::Relaxed);
-    }
 }
 
 core::arch::global_asm!(
@@ -301,39 +288,44 @@ core::arch::global_asm!(
     "push r14",
     "push r15",
     "mov rbx, rsp", // &pt_regs, kept across the call (callee-saved)
-    "mov rax, qword ptr [rip + {xsave_size}]",
-    "test rax, rax",
-    "jz 2f",
-    "sub rsp, rax",
-    "and rsp, -64",
-    "xor eax, eax", // XSAVE needs a zeroed header for XRSTOR's standard form
-    "mov qword ptr [rsp + 512], rax",
-    "mov qword ptr [rsp + 520], rax",
-    "mov qword ptr [rsp + 528], rax",
-    "mov qword ptr [rsp + 536], rax",
-    "mov qword ptr [rsp + 544], rax",
-    "mov qword ptr [rsp + 552], rax",
-    "mov qword ptr [rsp + 560], rax",
-    "mov qword ptr [rsp + 568], rax",
-    "mov eax, -1",
-    "mov edx, -1",
-    "xsave64 [rsp]",
-    "mov rdi, rbx",
-    "call {return_hit}",
-    "mov qword ptr [rbx + 168], rax",
-    "mov eax, -1",
-    "mov edx, -1",
-    "xrstor64 [rsp]",
-    "jmp 3f",
-    "2:",
-    "sub rsp, 512",
+    "sub rsp, 256",
     "and rsp, -16",
-    "fxsave64 [rsp]",
+    "movaps [rsp], xmm0",
+    "movaps [rsp + 16], xmm1",
+    "movaps [rsp + 32], xmm2",
+    "movaps [rsp + 48], xmm3",
+    "movaps [rsp + 64], xmm4",
+    "movaps [rsp + 80], xmm5",
+    "movaps [rsp + 96], xmm6",
+    "movaps [rsp + 112], xmm7",
+    "movaps [rsp + 128], xmm8",
+    "movaps [rsp + 144], xmm9",
+    "movaps [rsp + 160], xmm10",
+    "movaps [rsp + 176], xmm11",
+    "movaps [rsp + 192], xmm12",
+    "movaps [rsp + 208], xmm13",
+    "movaps [rsp + 224], xmm14",
+    "movaps [rsp + 240], xmm15",
+    "cld",
     "mov rdi, rbx",
     "call {return_hit}",
     "mov qword ptr [rbx + 168], rax",
-    "fxrstor64 [rsp]",
-    "3:",
+    "movaps xmm0, [rsp]",
+    "movaps xmm1, [rsp + 16]",
+    "movaps xmm2, [rsp + 32]",
+    "movaps xmm3, [rsp + 48]",
+    "movaps xmm4, [rsp + 64]",
+    "movaps xmm5, [rsp + 80]",
+    "movaps xmm6, [rsp + 96]",
+    "movaps xmm7, [rsp + 112]",
+    "movaps xmm8, [rsp + 128]",
+    "movaps xmm9, [rsp + 144]",
+    "movaps xmm10, [rsp + 160]",
+    "movaps xmm11, [rsp + 176]",
+    "movaps xmm12, [rsp + 192]",
+    "movaps xmm13, [rsp + 208]",
+    "movaps xmm14, [rsp + 224]",
+    "movaps xmm15, [rsp + 240]",
     "mov rsp, rbx",
     "pop r15",
     "pop r14",
@@ -345,18 +337,22 @@ core::arch::global_asm!(
     "pop r10",
     "pop r9",
     "pop r8",
+    // Flags without popfq, as in the jump stubs' common code.
+    "mov al, byte ptr [rsp + 65]",
+    "and al, 8",
+    "shl al, 4",
+    "add al, 0x80",
+    "mov ah, byte ptr [rsp + 64]",
+    "sahf",
     "pop rax",
     "pop rcx",
     "pop rdx",
     "pop rsi",
     "pop rdi",
-    "add rsp, 24", // orig_rax, rip, cs
-    "popfq",
-    "lea rsp, [rsp + 16]", // rsp, ss; lea keeps the flags popfq restored
+    "lea rsp, [rsp + 48]", // orig_rax, rip, cs, eflags, rsp, ss; lea keeps the flags
     "ret",
     ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
     ".popsection",
-    xsave_size = sym UPROBE_XSAVE_SIZE,
     return_hit = sym return_hit,
 );
 

@@ -116,6 +116,8 @@ pub fn write_all(fd: i32, mut buf: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 6;
 
@@ -130,6 +132,24 @@ pub fn membarrier_register_sync_core() -> bool {
 pub fn membarrier_sync_core() -> bool {
     // SAFETY: as above.
     unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0 }
+}
+
+/// Registers the process for private expedited membarriers; false where the kernel lacks them.
+pub fn membarrier_register_private_expedited() -> bool {
+    // SAFETY: membarrier takes plain integers and has no memory effects on the caller.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
+
+/// Makes every running thread of the process execute a full memory barrier.
+pub fn membarrier_private_expedited() {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+}
+
+/// The calling thread's id (signal-safe).
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
 }
 
 /// The FS segment base of the calling thread (signal-safe).

@@ -8,7 +8,6 @@
 //! its out-of-line slot: the thread never single-steps.
 
 use core::ffi::{c_int, c_void};
-use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
 use iced_x86::Register;
@@ -17,38 +16,35 @@ use crate::abi::PtRegs;
 use crate::decode::Plan;
 use crate::emulate::{self, Cpu};
 use crate::registry::{self, Consumer, ProbePoint};
+use crate::thread::{self, ThreadState};
 use crate::{api, jump, output, retprobe, sys};
 
 const SI_KERNEL: c_int = 0x80;
 
-thread_local! {
-    /// Set while this thread handles a probe hit, handlers included. A hit on a thread that is
-    /// already handling one (a handler, or a libc function the hit path itself calls, is
-    /// probed) runs no handler and calls nothing: it only executes the displaced instruction.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-    /// Set while this thread runs the SIGTRAP handler.
-    static IN_SIGNAL: Cell<bool> = const { Cell::new(false) };
-}
+// A thread handling a probe hit is marked busy (`thread::ThreadState::busy`), handlers
+// included. A hit on a thread that is already handling one (a handler, or a libc function the
+// hit path itself calls, is probed) runs no handler and calls nothing: it only executes the
+// displaced instruction.
 
 /// Whether the calling thread runs the SIGTRAP handler (it then interrupted arbitrary code).
 pub fn in_signal() -> bool {
-    IN_SIGNAL.with(Cell::get)
+    thread::current().in_signal.get()
 }
 
 /// Whether the calling thread is handling a probe hit, i.e. running handlers (signal-safe).
 pub fn in_handler() -> bool {
-    BUSY.with(Cell::get)
+    thread::current().busy.get()
 }
 
 /// Marks the thread busy; returns whether it already was (then nothing may run handlers).
 pub fn enter_busy() -> bool {
-    BUSY.with(|b| b.replace(true))
+    thread::current().busy.replace(true)
 }
 
 /// Ends what [`enter_busy`] started.
 pub fn leave_busy(nested: bool) {
     if !nested {
-        BUSY.with(|b| b.set(false));
+        thread::current().busy.set(false);
     }
 }
 
@@ -200,8 +196,8 @@ fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
 }
 
 /// One probe hit on a thread that was not handling one already (signal context).
-fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
-    let epoch = registry::read_lock();
+fn hit(pp: &ProbePoint, gregs: &mut Gregs, t: &ThreadState) {
+    let epoch = registry::read_lock(t);
     let consumers = pp.consumers.load(Ordering::SeqCst);
     if consumers.is_null() {
         registry::read_unlock(epoch);
@@ -243,19 +239,22 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
     };
     // Decided before anything else runs: everything below may call probed libc code.
     // A hit from the runtime's own work (registering probes calls libc) is not the program's.
-    let nested = enter_busy();
-    if nested || api::inside_runtime() {
-        leave_busy(nested);
+    let t = thread::current();
+    let nested = t.busy.replace(true);
+    if nested || t.depth.get() != 0 {
+        t.busy.set(nested);
         pp.missed.fetch_add(1, Ordering::Relaxed);
         run_displaced(pp, gregs);
         return;
     }
     let saved_errno = sys::errno();
-    let was_in_signal = IN_SIGNAL.with(|s| s.replace(true));
-    hit(pp, gregs);
-    leave_busy(false);
-    api::run_deferred();
-    IN_SIGNAL.with(|s| s.set(was_in_signal));
+    let was_in_signal = t.in_signal.replace(true);
+    hit(pp, gregs, t);
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        api::run_deferred();
+    }
+    t.in_signal.set(was_in_signal);
     sys::set_errno(saved_errno);
 }
 
@@ -264,22 +263,25 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
 /// the thread.
 pub fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
     regs.rip = pp.addr as u64;
-    let nested = enter_busy();
-    if nested || api::inside_runtime() {
-        leave_busy(nested);
+    let t = thread::current();
+    let nested = t.busy.replace(true);
+    if nested || t.depth.get() != 0 {
+        t.busy.set(nested);
         pp.missed.fetch_add(1, Ordering::Relaxed);
         return resume;
     }
     let saved_errno = sys::errno();
-    let epoch = registry::read_lock();
+    let epoch = registry::read_lock(t);
     let consumers = pp.consumers.load(Ordering::SeqCst);
     if !consumers.is_null() {
         // SAFETY: as in `hit`.
         run_consumers(pp, unsafe { &*consumers }, regs);
     }
     registry::read_unlock(epoch);
-    leave_busy(false);
-    api::run_deferred();
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        api::run_deferred();
+    }
     sys::set_errno(saved_errno);
     if regs.rip as usize == pp.addr {
         resume
