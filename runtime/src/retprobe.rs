@@ -22,12 +22,12 @@
 //! they never interleave.
 
 use core::ffi::{c_int, c_void};
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::abi::{PtRegs, Uretprobe, UretprobeInstance};
 use crate::registry::{self, Consumer, ProbePoint};
-use crate::{api, output, sys, trap};
+use crate::thread::ThreadState;
+use crate::{api, output, sys};
 
 /// Pending returns one thread can hold, over all return probes.
 const MAX_FRAMES: usize = 256;
@@ -53,25 +53,26 @@ struct Frame {
 
 const NO_FRAME: Frame = Frame { rp: core::ptr::null_mut(), pp: core::ptr::null(), slot: 0, orig: 0, instance: 0 };
 
-struct ReturnStack {
+/// A thread's pending returns (kept in its `thread::ThreadState`).
+pub struct ReturnStack {
     frames: [Frame; MAX_FRAMES],
     depth: usize,
     arena: [u64; ARENA_SIZE / 8],
     arena_top: usize,
 }
 
-thread_local! {
-    static STACK: UnsafeCell<ReturnStack> = const {
-        UnsafeCell::new(ReturnStack { frames: [NO_FRAME; MAX_FRAMES], depth: 0, arena: [0; ARENA_SIZE / 8], arena_top: 0 })
-    };
+impl ReturnStack {
+    pub const EMPTY: ReturnStack =
+        ReturnStack { frames: [NO_FRAME; MAX_FRAMES], depth: 0, arena: [0; ARENA_SIZE / 8], arena_top: 0 };
 }
 
-/// Runs `f` on this thread's return stack. Callers hold the thread's busy mark, which is what
-/// makes the access exclusive (entry hits, returns and interposers never nest on a thread).
-fn with_stack<R>(f: impl FnOnce(&mut ReturnStack) -> R) -> R {
+/// Runs `f` on the return stack of the thread `t`. Callers hold the thread's busy mark, which
+/// is what makes the access exclusive (entry hits, returns and interposers never nest on a
+/// thread).
+fn with_stack<R>(t: &ThreadState, f: impl FnOnce(&mut ReturnStack) -> R) -> R {
     // SAFETY: see above: only one of the busy-marked paths runs on this thread at a time, and
     // the cell is never borrowed across them.
-    STACK.with(|cell| f(unsafe { &mut *cell.get() }))
+    f(unsafe { &mut *t.returns.get() })
 }
 
 impl ReturnStack {
@@ -165,7 +166,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
     // SAFETY: at a function's first instruction %rsp points to the return address.
     let ret = unsafe { *(slot as *const usize) };
     let tramp = trampoline();
-    with_stack(|st| {
+    with_stack(crate::thread::current(), |st| {
         // A frame at this very slot is dead unless this is a tail call from a hooked frame.
         st.drop_dead(slot, ret != tramp);
         let orig = if ret == tramp {
@@ -214,35 +215,36 @@ extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
     regs.rsp = caller_rsp as u64;
     regs.cs = 0x33;
     regs.ss = 0x2b;
-    let nested = trap::enter_busy();
-    let quiet = nested || api::inside_runtime();
+    let t = crate::thread::current();
+    let nested = t.busy.replace(true);
+    let quiet = nested || t.depth.get() != 0;
     let mut resume = 0;
-    with_stack(|st| {
+    with_stack(t, |st| {
         st.drop_dead(slot, false);
         while let Some(top) = st.top().copied().filter(|f| f.slot == slot) {
             resume = top.orig;
             regs.rip = top.orig as u64;
             if !quiet {
-                run_return_handler(&top, st.instance(top.instance), regs);
+                run_return_handler(t, &top, st.instance(top.instance), regs);
             }
             st.pop();
         }
     });
-    trap::leave_busy(nested);
+    t.busy.set(nested);
     if resume == 0 {
         output::message_fixed(b"uprobe-run: fatal: a return reached the trampoline with no record, slot ", slot);
         // SAFETY: abort has no preconditions; there is no address to return to.
         unsafe { libc::abort() };
     }
-    if !nested {
+    if !nested && t.queued.get() != 0 {
         api::run_deferred();
     }
     sys::set_errno(saved_errno);
     regs.rip as usize
 }
 
-fn run_return_handler(frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRegs) {
-    let epoch = registry::read_lock(crate::thread::current());
+fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRegs) {
+    let epoch = registry::read_lock(t);
     // SAFETY: the probe point is never freed; its consumer list is valid in this section.
     let pp = unsafe { &*frame.pp };
     let list = pp.consumers.load(Ordering::SeqCst);
@@ -385,11 +387,12 @@ macro_rules! next {
 
 /// Runs `f` on this thread's records with the thread marked busy.
 fn with_records(f: impl FnOnce(&mut ReturnStack)) {
-    let nested = trap::enter_busy();
+    let t = crate::thread::current();
+    let nested = t.busy.replace(true);
     if !nested {
-        with_stack(f);
+        with_stack(t, f);
     }
-    trap::leave_busy(nested);
+    t.busy.set(nested);
 }
 
 /// `_Unwind_RaiseException`: the unwinder walks return addresses, so they must be real.

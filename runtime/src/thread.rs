@@ -4,7 +4,9 @@
 //! Signal-safe: the block is constant-initialised, has no destructor, and lives in the static
 //! TLS of a preloaded library, so no access allocates or registers anything.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
+
+use crate::retprobe::ReturnStack;
 
 pub struct ThreadState {
     /// Handling a probe hit (handlers included): hits meanwhile run no handler.
@@ -15,6 +17,8 @@ pub struct ThreadState {
     pub depth: Cell<u32>,
     /// Registration requests queued by handlers (see `api`).
     pub queued: Cell<usize>,
+    /// Pending returns of return probes.
+    pub returns: UnsafeCell<ReturnStack>,
     /// The thread's reader slot in the registry, plus one; 0: none claimed yet; `u32::MAX`:
     /// none to be had (the thread uses the shared counters).
     pub reader: Cell<u32>,
@@ -28,6 +32,7 @@ thread_local! {
             depth: Cell::new(0),
             queued: Cell::new(0),
             reader: Cell::new(0),
+            returns: UnsafeCell::new(ReturnStack::EMPTY),
         }
     };
 }
