@@ -22,6 +22,8 @@ Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
   param NAME=VALUE    like --param
   output PATH         like --output
+  follow-exec         like --follow-exec (also `option follow-exec`)
+  no-follow-fork      like --no-follow-fork (also `option no-follow-fork`)
 Config entries come before command-line ones; --output overrides `output`.
 
 Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
@@ -43,6 +45,16 @@ pub struct Cli {
     /// Where uprobe_printf and the handlers write (created or truncated; default: stderr).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Run programs that the program execs with the runtime and the same handlers too
+    /// (default: they run without it, as kernel uprobes are dropped on exec).
+    #[arg(long)]
+    pub follow_exec: bool,
+
+    /// Give forked children their code back without probes (default: children keep the
+    /// probes and the handlers' state).
+    #[arg(long)]
+    pub no_follow_fork: bool,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
@@ -106,6 +118,15 @@ mod tests {
         assert_eq!(cli.handlers, [PathBuf::from("a.so"), PathBuf::from("b.so")]);
         assert_eq!(cli.params, ["p=1"]);
         assert_eq!(cli.command, ["./prog", "-v", "--foo", "--help", "-o", "--handlers", "c.so", "--"]);
+    }
+
+    #[test]
+    fn follow_options() {
+        let cli = parse(&["--follow-exec", "--no-follow-fork", "./prog", "--follow-exec"]).unwrap();
+        assert!(cli.follow_exec && cli.no_follow_fork);
+        assert_eq!(cli.command, ["./prog", "--follow-exec"]);
+        let cli = parse(&["./prog"]).unwrap();
+        assert!(!cli.follow_exec && !cli.no_follow_fork);
     }
 
     #[test]

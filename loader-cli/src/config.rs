@@ -5,6 +5,8 @@
 //! handlers ../handlers/libcount.so
 //! param    probes=main,work+4
 //! output   count.out
+//! follow-exec
+//! option   no-follow-fork
 //! ```
 //!
 //! One directive per line, then blanks, then its argument (the rest of the line, trimmed).
@@ -20,6 +22,8 @@ pub struct Config {
     pub params: Vec<String>,
     /// The last `output` line, if any.
     pub output: Option<PathBuf>,
+    pub follow_exec: bool,
+    pub no_follow_fork: bool,
 }
 
 /// A line that could not be understood. The caller adds the file name.
@@ -44,13 +48,25 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
                 let what = if directive == "param" { "NAME=VALUE" } else { "PATH" };
                 return Err(fail(format!("'{directive}' needs a {what}")));
             }
+            "follow-exec" | "no-follow-fork" if !arg.is_empty() => {
+                return Err(fail(format!("'{directive}' takes no argument")));
+            }
+            "follow-exec" => config.follow_exec = true,
+            "no-follow-fork" => config.no_follow_fork = true,
+            "option" => match arg {
+                "follow-exec" => config.follow_exec = true,
+                "no-follow-fork" => config.no_follow_fork = true,
+                _ => return Err(fail(format!("unknown option '{arg}' (expected follow-exec or no-follow-fork)"))),
+            },
             "handlers" => config.handlers.push(base.join(arg)),
             "output" => config.output = Some(base.join(arg)),
             "param" => {
                 check_param(arg).map_err(|why| fail(format!("param '{arg}': {why}")))?;
                 config.params.push(arg.to_owned());
             }
-            other => return Err(fail(format!("unknown directive '{other}' (expected handlers, param or output)"))),
+            other => return Err(fail(format!(
+                "unknown directive '{other}' (expected handlers, param, output, follow-exec, no-follow-fork or option)"
+            ))),
         }
     }
     Ok(config)
@@ -95,6 +111,7 @@ output last.txt
                 handlers: vec![PathBuf::from("/etc/probes/../lib/libcount.so"), PathBuf::from("/abs/libtrace.so"),],
                 params: vec!["probes=main,work+4".to_owned(), "empty=".to_owned(), "eq=a=b".to_owned(),],
                 output: Some(PathBuf::from("/etc/probes/last.txt")),
+                ..Config::default()
             }
         );
     }
@@ -109,7 +126,10 @@ output last.txt
     fn unknown_directive_names_the_line() {
         let err = parse_in_etc("handlers a.so\n\nprobe main\n").unwrap_err();
         assert_eq!(err.line, 3);
-        assert_eq!(err.to_string(), "3: unknown directive 'probe' (expected handlers, param or output)");
+        assert_eq!(
+            err.to_string(),
+            "3: unknown directive 'probe' (expected handlers, param, output, follow-exec, no-follow-fork or option)"
+        );
     }
 
     #[test]
@@ -121,6 +141,19 @@ output last.txt
             "2: param 'probes': expected NAME=VALUE"
         );
         assert_eq!(parse_in_etc("param =x\n").unwrap_err().to_string(), "1: param '=x': empty NAME in NAME=VALUE");
+    }
+
+    #[test]
+    fn reads_the_follow_options() {
+        let config = parse_in_etc("follow-exec\noption no-follow-fork\n").unwrap();
+        assert!(config.follow_exec && config.no_follow_fork);
+        let config = parse_in_etc("option follow-exec\nno-follow-fork\n").unwrap();
+        assert!(config.follow_exec && config.no_follow_fork);
+        assert_eq!(parse_in_etc("follow-exec yes\n").unwrap_err().to_string(), "1: 'follow-exec' takes no argument");
+        assert_eq!(
+            parse_in_etc("option follow-fork\n").unwrap_err().to_string(),
+            "1: unknown option 'follow-fork' (expected follow-exec or no-follow-fork)"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
 
 /// `UPROBE_RUN_SPEC`: `KEY<TAB>VALUE` records, one a line. Paths must be absolute and,
 /// like params, free of newlines (the caller checks).
-pub fn run_spec(handlers: &[PathBuf], params: &[String], output: Option<&Path>) -> OsString {
+pub fn run_spec(handlers: &[PathBuf], params: &[String], output: Option<&Path>, options: &[&str]) -> OsString {
     let mut records: Vec<Vec<u8>> = Vec::new();
     let mut record = |key: &str, value: &[u8]| {
         records.push([key.as_bytes(), b"\t", value].concat());
@@ -37,6 +37,9 @@ pub fn run_spec(handlers: &[PathBuf], params: &[String], output: Option<&Path>) 
     }
     if let Some(output) = output {
         record("output", output.as_os_str().as_bytes());
+    }
+    for option in options {
+        record("option", option.as_bytes());
     }
     OsString::from_vec(records.join(&b'\n'))
 }
@@ -115,13 +118,14 @@ mod tests {
             &["/h/libcount.so".into(), "/h/libtrace.so".into()],
             &["probes=main,work+4".into(), "x=".into()],
             Some(Path::new("/tmp/out")),
+            &["follow-exec"],
         );
         assert_eq!(
             spec,
             "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
-             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out"
+             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec"
         );
-        assert_eq!(run_spec(&[], &[], None), "");
+        assert_eq!(run_spec(&[], &[], None, &[]), "");
     }
 
     #[test]

@@ -38,12 +38,19 @@ fn run() -> Result<Infallible, Error> {
     let mut handlers = Vec::new();
     let mut params = Vec::new();
     let mut output = None;
+    let (mut follow_exec, mut no_follow_fork) = (cli.follow_exec, cli.no_follow_fork);
     if let Some(path) = &cli.config {
         let config = load_config(path)?;
         handlers.extend(config.handlers);
         params.extend(config.params);
         output = config.output;
+        follow_exec |= config.follow_exec;
+        no_follow_fork |= config.no_follow_fork;
     }
+    let options: Vec<&str> = [(follow_exec, "follow-exec"), (no_follow_fork, "no-follow-fork")]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
@@ -80,7 +87,7 @@ fn run() -> Result<Infallible, Error> {
         argv0: name.clone(),
         args: args.to_vec(),
         ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
-        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref()),
+        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options),
     };
     // Last: nothing is created unless the program is about to start.
     if let Some(output) = &output {

@@ -39,13 +39,30 @@ fn scrub_environment() {
     }
 }
 
+/// Leaves the runtime in the environment for the programs this one execs (`--follow-exec`),
+/// marking the specification so that they know they were exec'd.
+fn pass_on_environment(text: &str, spec: &Spec) {
+    if !spec.options.followed_exec {
+        std::env::set_var(spec::ENV_SPEC, format!("{text}\n{}", spec::FOLLOWED_RECORD));
+    }
+}
+
+/// The program's path, for messages.
+fn program_path() -> String {
+    std::fs::read_link("/proc/self/exe").map_or_else(|_| "this program".into(), |p| p.display().to_string())
+}
+
 extern "C" fn init() {
     // Preloaded by something other than uprobe-run: stay inert.
     let Ok(text) = std::env::var(spec::ENV_SPEC) else {
         return;
     };
-    scrub_environment();
     let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
+    if spec.options.follow_exec {
+        pass_on_environment(&text, &spec);
+    } else {
+        scrub_environment();
+    }
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
     api::set_params(&spec.params);
     patch::init();
@@ -57,6 +74,12 @@ extern "C" fn init() {
     unsafe { libc::atexit(handlers::run_exits) };
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
+            // A program reached by a followed exec is not the one the user pointed
+            // uprobe-run at: what does not apply to it is reported, not fatal.
+            if spec.options.followed_exec {
+                output::message(format_args!("{line}; {} (exec'd) runs without it", program_path()));
+                continue;
+            }
             output::flush();
             fail(&line);
         }

@@ -180,6 +180,6 @@ fn config_file_names_handlers_and_parameters() {
     let out = uprobe_run_raw(&["--config", config.to_str().unwrap(), prog.to_str().unwrap()]);
     assert_refused(
         &out,
-        &format!("uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param or output)", config.display()),
+        &format!("uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param, output, follow-exec, no-follow-fork or option)", config.display()),
     );
 }
