@@ -112,6 +112,9 @@ fn describe(u: &Uprobe) -> String {
 }
 
 fn do_register(consumer: Consumer) -> c_int {
+    if crate::disable::reason().is_some() {
+        return -libc::EPERM;
+    }
     // SAFETY: the object came through register_uprobe/register_uretprobe, whose contract keeps
     // it valid while registered.
     match unsafe { registry::register(consumer) } {

@@ -1,7 +1,7 @@
 //! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
 
 use crate::spec::{self, Spec};
-use crate::{api, handlers, output, patch, retprobe, sys, trap};
+use crate::{api, fork, handlers, output, patch, retprobe, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -66,6 +66,7 @@ extern "C" fn init() {
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
     api::set_params(&spec.params);
     patch::init();
+    fork::init(spec.options.no_follow_fork);
     retprobe::init();
     if let Err(errno) = trap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));

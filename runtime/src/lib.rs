@@ -18,6 +18,7 @@
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
 //! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
+//! - [`fork`], [`disable`]: children of `fork`, and processes where the runtime must stay off;
 //! - [`alloc`]: the runtime's own allocator, usable from signal context;
 //! - [`sys`]: every raw syscall the runtime makes.
 #![deny(unsafe_code)]
@@ -28,7 +29,10 @@ pub mod alloc;
 #[allow(unsafe_code)]
 pub mod api;
 pub mod decode;
+pub mod disable;
 pub mod emulate;
+#[allow(unsafe_code)]
+pub mod fork;
 #[allow(unsafe_code)]
 pub mod handlers;
 #[allow(unsafe_code)]

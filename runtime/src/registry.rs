@@ -563,6 +563,56 @@ pub fn symbolize(addr: usize) -> Option<String> {
     Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
 }
 
+thread_local! {
+    /// The registry lock, held by the forking thread from `fork`'s prepare step until the
+    /// parent and the child go on.
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, State>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `fork` prepare step: takes the registry lock, so that the child does not inherit it held by
+/// a thread that does not exist there.
+pub fn fork_prepare() {
+    let guard = state();
+    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+/// `fork`, parent side: lets the registry go.
+pub fn fork_parent() {
+    FORK_GUARD.with(|g| g.borrow_mut().take());
+}
+
+/// `fork`, child side (one thread). Read-side sections of the parent's other threads were
+/// copied half-done and will never end here: forget them, or the child's first unregister
+/// would wait for them forever. With `disarm`, the child gets its original code back: every
+/// armed probe point is restored and forgotten, without waiting for a grace period (no other
+/// thread exists).
+pub fn fork_child(disarm: bool, in_handler: bool) {
+    let Some(mut st) = FORK_GUARD.with(|g| g.borrow_mut().take()) else {
+        return;
+    };
+    if !in_handler {
+        READERS.iter().for_each(|r| r.store(0, Ordering::SeqCst));
+    }
+    if !disarm {
+        return;
+    }
+    for entry in TABLE.iter() {
+        let p = entry.load(Ordering::Acquire);
+        // SAFETY: as in `lookup`.
+        let Some(pp) = (unsafe { p.as_ref() }) else { continue };
+        if pp.consumers.load(Ordering::SeqCst).is_null() {
+            continue;
+        }
+        let prot =
+            maps::find(&st.maps(Some(pp.addr)), pp.addr).map_or(libc::PROT_READ | libc::PROT_EXEC, Mapping::prot);
+        let _ = patch::write_code(pp.addr, &pp.orig[..1], prot);
+        // The old list is left allocated: a copied half-done hit may still hold it.
+        pp.consumers.store(core::ptr::null_mut(), Ordering::SeqCst);
+    }
+    st.registered.clear();
+}
+
 /// Says, for every probe point, how many hits ran no handler because the thread was already
 /// running one (process exit).
 pub fn report_missed() {
