@@ -118,10 +118,26 @@ fn do_register(consumer: Consumer) -> c_int {
     // SAFETY: the object came through register_uprobe/register_uretprobe, whose contract keeps
     // it valid while registered.
     match unsafe { registry::register(consumer) } {
-        Ok(_) => 0,
+        Ok(addr) => {
+            crate::faults::describe(consumer.key(), addr, handler_of(consumer));
+            0
+        }
         Err(e) => {
             report(consumer, &e);
             e.errno()
+        }
+    }
+}
+
+/// The address of a probe object's handler, to name its library when it faults.
+fn handler_of(consumer: Consumer) -> usize {
+    // SAFETY: registered probe objects are valid (C ABI).
+    unsafe {
+        match consumer {
+            Consumer::Uprobe(u) => (*u).handler.map_or(0, |h| h as usize),
+            Consumer::Uretprobe(rp) => {
+                (*rp).handler.map(|h| h as usize).or((*rp).entry_handler.map(|h| h as usize)).unwrap_or(0)
+            }
         }
     }
 }

@@ -18,6 +18,8 @@
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
 //! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
+//! - [`signals`], [`faults`]: the program's own signal actions and masks (interposed), and a
+//!   handler that faults; [`interpose`]: finding the functions interposers stand in for;
 //! - [`fork`], [`disable`]: children of `fork`, and processes where the runtime must stay off;
 //! - [`alloc`]: the runtime's own allocator, usable from signal context;
 //! - [`sys`]: every raw syscall the runtime makes.
@@ -32,11 +34,15 @@ pub mod decode;
 pub mod disable;
 pub mod emulate;
 #[allow(unsafe_code)]
+pub mod faults;
+#[allow(unsafe_code)]
 pub mod fork;
 #[allow(unsafe_code)]
 pub mod handlers;
 #[allow(unsafe_code)]
 mod init;
+#[allow(unsafe_code)]
+pub mod interpose;
 pub mod maps;
 #[allow(unsafe_code)]
 pub mod output;
@@ -49,6 +55,8 @@ pub mod registry;
 pub mod resolve;
 #[allow(unsafe_code)]
 pub mod retprobe;
+#[allow(unsafe_code)]
+pub mod signals;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod ssol;

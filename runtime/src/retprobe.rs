@@ -250,7 +250,9 @@ fn run_return_handler(frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRe
     unsafe {
         if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(frame.rp)) {
             if let Some(handler) = (*frame.rp).handler {
+                let outer = crate::faults::enter(frame.rp as usize);
                 handler(ri, regs);
+                crate::faults::leave(outer);
             }
         }
     }

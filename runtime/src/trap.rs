@@ -17,7 +17,7 @@ use crate::abi::PtRegs;
 use crate::decode::Plan;
 use crate::emulate::{self, Cpu};
 use crate::registry::{self, Consumer, ProbePoint};
-use crate::{api, output, retprobe, sys};
+use crate::{api, faults, retprobe, sys};
 
 const SI_KERNEL: c_int = 0x80;
 
@@ -55,7 +55,8 @@ pub fn install() -> Result<(), sys::Errno> {
         // NODEFER: a probe hit inside a handler (or inside the runtime) traps again.
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut()) != 0 {
+        // The libc function itself: `sigaction` calls reach the program's view (`signals`).
+        if crate::signals::real_sigaction(libc::SIGTRAP, Some(&sa), None) != 0 {
             return Err(sys::errno());
         }
     }
@@ -203,10 +204,16 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
             match consumer {
                 Consumer::Uprobe(u) => {
                     if let Some(handler) = (*u).handler {
+                        let outer = faults::enter(u as usize);
                         handler(u, &mut regs);
+                        faults::leave(outer);
                     }
                 }
-                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, &mut regs),
+                Consumer::Uretprobe(rp) => {
+                    let outer = faults::enter(rp as usize);
+                    retprobe::on_entry(rp, pp, &mut regs);
+                    faults::leave(outer);
+                }
             }
         }
     }
@@ -219,17 +226,6 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs) {
     }
 }
 
-/// A trap that is not one of our probes: what the program would have met without us.
-fn foreign_trap(addr: usize) {
-    output::message_fixed(b"uprobe-run: SIGTRAP that is not a probe hit, near ", addr);
-    // SAFETY: restoring the default action and raising the signal again reproduces the
-    // program's own fate; both calls are async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGTRAP, libc::SIG_DFL);
-        libc::raise(libc::SIGTRAP);
-    }
-}
-
 /// The SIGTRAP handler (signal context).
 extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
@@ -237,7 +233,8 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
     let (code, gregs) = unsafe { ((*info).si_code, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs) };
     let addr = (gregs[libc::REG_RIP as usize] as usize).wrapping_sub(1);
     let Some(pp) = registry::lookup(addr).filter(|_| code == SI_KERNEL) else {
-        foreign_trap(addr);
+        // SAFETY: the kernel's arguments to this handler, passed on.
+        unsafe { crate::signals::foreign_trap(addr, info, ctx) };
         return;
     };
     // Decided before anything else runs: everything below may call probed libc code.
