@@ -119,7 +119,9 @@ fn do_register(consumer: Consumer) -> c_int {
     // it valid while registered.
     match unsafe { registry::register(consumer) } {
         Ok(addr) => {
-            crate::faults::describe(consumer.key(), addr, handler_of(consumer));
+            if addr != 0 {
+                crate::faults::describe(consumer.key(), addr, handler_of(consumer));
+            }
             0
         }
         Err(e) => {
@@ -130,7 +132,7 @@ fn do_register(consumer: Consumer) -> c_int {
 }
 
 /// The address of a probe object's handler, to name its library when it faults.
-fn handler_of(consumer: Consumer) -> usize {
+pub fn handler_of(consumer: Consumer) -> usize {
     // SAFETY: registered probe objects are valid (C ABI).
     unsafe {
         match consumer {
@@ -142,7 +144,14 @@ fn handler_of(consumer: Consumer) -> usize {
     }
 }
 
-fn report(consumer: Consumer, e: &RegisterError) {
+/// Runs `f` marked as inside the runtime (probe hits on the way run no handler).
+pub fn inside<R>(f: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
+    f()
+}
+
+/// Says why a registration failed, on the run's output.
+pub fn report(consumer: Consumer, e: &RegisterError) {
     if *e == RegisterError::AlreadyRegistered {
         return;
     }

@@ -1,7 +1,7 @@
 //! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
 
 use crate::spec::{self, Spec};
-use crate::{api, fork, handlers, output, patch, retprobe, signals, sys, trap};
+use crate::{api, dl, fork, handlers, output, patch, retprobe, signals, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -69,6 +69,7 @@ extern "C" fn init() {
     fork::init(spec.options.no_follow_fork);
     retprobe::init();
     signals::init();
+    dl::init();
     if let Err(errno) = trap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }

@@ -20,6 +20,7 @@
 //! - [`spec`]: what `uprobe-run` passes in the environment;
 //! - [`signals`], [`faults`]: the program's own signal actions and masks (interposed), and a
 //!   handler that faults; [`interpose`]: finding the functions interposers stand in for;
+//! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
 //! - [`fork`], [`disable`]: children of `fork`, and processes where the runtime must stay off;
 //! - [`alloc`]: the runtime's own allocator, usable from signal context;
 //! - [`sys`]: every raw syscall the runtime makes.
@@ -32,6 +33,8 @@ pub mod alloc;
 pub mod api;
 pub mod decode;
 pub mod disable;
+#[allow(unsafe_code)]
+pub mod dl;
 pub mod emulate;
 #[allow(unsafe_code)]
 pub mod faults;

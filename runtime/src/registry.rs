@@ -231,6 +231,9 @@ impl RegisterError {
 struct State {
     /// Registered probe objects and their addresses.
     registered: BTreeMap<usize, usize>,
+    /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
+    /// probe object; true for return probes.
+    pending: BTreeMap<usize, bool>,
     elf: BTreeMap<String, Arc<ElfInfo>>,
     slots: Slots,
     /// The address space as last read, and the loader's (adds, subs) counters then.
@@ -240,6 +243,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     registered: BTreeMap::new(),
+    pending: BTreeMap::new(),
     elf: BTreeMap::new(),
     slots: Slots::new(),
     maps: None,
@@ -425,7 +429,7 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
     }
     let target = target_of(probe)?;
     let mut st = state();
-    if st.registered.contains_key(&consumer.key()) {
+    if st.registered.contains_key(&consumer.key()) || st.pending.contains_key(&consumer.key()) {
         return Err(RegisterError::AlreadyRegistered);
     }
     if matches!(consumer, Consumer::Uretprobe(_)) && st.main_is_go() {
@@ -436,24 +440,42 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
         ProbeSpecOwned::Symbol(name, offset) => {
             let spec = resolve::parse_spec(&name).map_err(|e| RegisterError::BadSpec(name.clone(), e))?;
             let maps = st.maps(None);
-            st.resolve(&spec, &maps)?.wrapping_add(offset as usize)
+            match st.resolve(&spec, &maps) {
+                // Armed when the module is loaded (`pending`); 0 says so to the caller.
+                Err(RegisterError::UnknownModule { .. }) => {
+                    st.pending.insert(consumer.key(), matches!(consumer, Consumer::Uretprobe(_)));
+                    return Ok(0);
+                }
+                resolved => resolved?.wrapping_add(offset as usize),
+            }
         }
     };
+    place(&mut st, consumer, addr)?;
+    Ok(addr)
+}
+
+/// Arms `addr` for `consumer` (or joins the probes there) and records it as registered.
+fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
     let maps = st.maps(Some(addr));
     if matches!(consumer, Consumer::Uretprobe(_)) {
         if let Some((function, start, _)) = st.function_at(addr, &maps).filter(|(_, start, _)| *start != addr) {
             return Err(RegisterError::NotEntry { addr, function, start });
         }
     }
-    let pp = match lookup(addr).filter(|pp| !pp.consumers.load(Ordering::SeqCst).is_null()) {
+    // A point is live when it has consumers and its int3 is there: a library unloaded and
+    // another mapped at the same address leaves consumers behind without the int3.
+    // SAFETY: `addr` is in executable (hence readable) memory, or `arm` refuses it below.
+    let live =
+        |pp: &&ProbePoint| !pp.consumers.load(Ordering::SeqCst).is_null() && unsafe { *(addr as *const u8) } == INT3;
+    let pp = match lookup(addr).filter(|pp| maps::find(&maps, addr).is_some_and(|m| m.exec) && live(pp)) {
         Some(pp) => pp,
-        None => arm(&mut st, addr, &maps)?,
+        None => arm(st, addr, &maps)?,
     };
     let mut probes = current_probes(pp);
     probes.push(consumer);
     publish(pp, probes);
     st.registered.insert(consumer.key(), addr);
-    Ok(addr)
+    Ok(())
 }
 
 /// Makes `addr` a live probe point: checks it, prepares the displaced instruction, writes the
@@ -529,6 +551,9 @@ fn arm(st: &mut State, addr: usize, maps: &[Mapping]) -> Result<&'static ProbePo
 /// On return no handler of `u` is running or will run.
 pub fn unregister(consumer: Consumer) {
     let mut st = state();
+    if st.pending.remove(&consumer.key()).is_some() {
+        return;
+    }
     let Some(addr) = st.registered.remove(&consumer.key()) else {
         return;
     };
@@ -561,6 +586,77 @@ pub fn symbolize(addr: usize) -> Option<String> {
     let bias = info.bias(module.first_start, module.first_offset)?;
     let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
     Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
+}
+
+/// Arms the pending probes whose module is now loaded (after `dlopen`). Returns each probe
+/// that left the pending list, with its address or why it could not be placed.
+pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
+    let mut st = state();
+    let mut done = Vec::new();
+    let pending: Vec<Consumer> = st
+        .pending
+        .iter()
+        .map(
+            |(&key, &ret)| {
+                if ret {
+                    Consumer::Uretprobe(key as *mut Uretprobe)
+                } else {
+                    Consumer::Uprobe(key as *mut Uprobe)
+                }
+            },
+        )
+        .collect();
+    for consumer in pending {
+        // SAFETY: registered (pending) probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        let Ok(ProbeSpecOwned::Symbol(name, offset)) = target_of(probe) else { continue };
+        let Ok(spec) = resolve::parse_spec(&name) else { continue };
+        let maps = st.maps(None);
+        let result = match st.resolve(&spec, &maps) {
+            Err(RegisterError::UnknownModule { .. }) => continue,
+            Err(e) => Err(e),
+            Ok(a) => {
+                let addr = a.wrapping_add(offset as usize);
+                place(&mut st, consumer, addr).map(|()| addr)
+            }
+        };
+        st.pending.remove(&consumer.key());
+        done.push((consumer, result));
+    }
+    done
+}
+
+/// Forgets the probes whose code is no longer mapped (after `dlclose`): "module:symbol"
+/// probes go back to pending, to be armed when the module is loaded again; the others are
+/// returned, with their address, as gone.
+pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
+    let mut st = state();
+    let maps = st.maps(None);
+    let gone: Vec<(usize, usize)> = st
+        .registered
+        .iter()
+        .filter(|(_, &addr)| !maps::find(&maps, addr).is_some_and(|m| m.exec))
+        .map(|(&key, &addr)| (key, addr))
+        .collect();
+    let mut dropped = Vec::new();
+    for (key, addr) in gone {
+        st.registered.remove(&key);
+        let Some(pp) = lookup(addr) else { continue };
+        let mut probes = current_probes(pp);
+        let Some(&consumer) = probes.iter().find(|c| c.key() == key) else { continue };
+        probes.retain(|c| c.key() != key);
+        // The code is gone, and its int3 with it: nothing to write back.
+        publish(pp, probes);
+        // SAFETY: registered probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        match target_of(probe) {
+            Ok(ProbeSpecOwned::Symbol(name, _)) if name.contains(':') => {
+                st.pending.insert(key, matches!(consumer, Consumer::Uretprobe(_)));
+            }
+            _ => dropped.push((consumer, addr)),
+        }
+    }
+    dropped
 }
 
 thread_local! {
