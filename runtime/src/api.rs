@@ -124,6 +124,14 @@ fn do_register(consumer: Consumer) -> c_int {
             }
             0
         }
+        Err(e) if refuses_writable_code(&e) => {
+            if crate::disable::disable(crate::disable::Reason::WriteXorExecute) {
+                output::message(format_args!(
+                    "this process refuses to make its code writable ({e}; W^X, as with PR_SET_MDWE): the runtime is disabled and the program runs unprobed"
+                ));
+            }
+            -libc::EPERM
+        }
         Err(e) => {
             report(consumer, &e);
             e.errno()
@@ -142,6 +150,16 @@ pub fn handler_of(consumer: Consumer) -> usize {
             }
         }
     }
+}
+
+/// Whether a registration failed because the process refuses writable code (W^X).
+fn refuses_writable_code(e: &RegisterError) -> bool {
+    let errno = match e {
+        RegisterError::Patch { source, .. } => source.errno,
+        RegisterError::Slot { source: crate::ssol::SlotError::Map { errno, .. }, .. } => *errno,
+        _ => return false,
+    };
+    errno == libc::EACCES || errno == libc::EPERM
 }
 
 /// Runs `f` marked as inside the runtime (probe hits on the way run no handler).

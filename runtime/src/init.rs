@@ -1,7 +1,7 @@
 //! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
 
 use crate::spec::{self, Spec};
-use crate::{api, dl, fork, handlers, output, patch, retprobe, signals, sys, trap};
+use crate::{api, disable, dl, fds, fork, handlers, output, patch, retprobe, signals, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -64,6 +64,7 @@ extern "C" fn init() {
         scrub_environment();
     }
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
+    fds::init();
     api::set_params(&spec.params);
     patch::init();
     fork::init(spec.options.no_follow_fork);
@@ -75,8 +76,18 @@ extern "C" fn init() {
     }
     // SAFETY: run_exits is an extern "C" fn() that stays loaded until the process ends.
     unsafe { libc::atexit(handlers::run_exits) };
+    if !spec.handlers.is_empty() && crate::registry::main_is_go() {
+        output::message(format_args!(
+            "{} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work",
+            program_path()
+        ));
+    }
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
+            // Fail open: the runtime said once that it is off, the program runs unprobed.
+            if disable::reason() == Some(disable::Reason::WriteXorExecute) {
+                continue;
+            }
             // A program reached by a followed exec is not the one the user pointed
             // uprobe-run at: what does not apply to it is reported, not fatal.
             if spec.options.followed_exec {

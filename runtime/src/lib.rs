@@ -16,7 +16,8 @@
 //! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
 //! - [`retprobe`]: return probes: the per-thread return stack, the trampoline, unwinders;
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
-//! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
+//! - [`printf`], [`output`]: `uprobe_printf` and the run's output; [`fds`]: keeping its
+//!   descriptor open in programs that close every descriptor;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
 //! - [`signals`], [`faults`]: the program's own signal actions and masks (interposed), and a
 //!   handler that faults; [`interpose`]: finding the functions interposers stand in for;
@@ -38,6 +39,8 @@ pub mod dl;
 pub mod emulate;
 #[allow(unsafe_code)]
 pub mod faults;
+#[allow(unsafe_code)]
+pub mod fds;
 #[allow(unsafe_code)]
 pub mod fork;
 #[allow(unsafe_code)]

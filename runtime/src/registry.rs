@@ -588,6 +588,11 @@ pub fn symbolize(addr: usize) -> Option<String> {
     Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
 }
 
+/// Whether the main program is written in Go.
+pub fn main_is_go() -> bool {
+    state().main_is_go()
+}
+
 /// Arms the pending probes whose module is now loaded (after `dlopen`). Returns each probe
 /// that left the pending list, with its address or why it could not be placed.
 pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
