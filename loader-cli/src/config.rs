@@ -64,9 +64,11 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
                 check_param(arg).map_err(|why| fail(format!("param '{arg}': {why}")))?;
                 config.params.push(arg.to_owned());
             }
-            other => return Err(fail(format!(
+            other => {
+                return Err(fail(format!(
                 "unknown directive '{other}' (expected handlers, param, output, follow-exec, no-follow-fork or option)"
-            ))),
+            )))
+            }
         }
     }
     Ok(config)
