@@ -24,6 +24,8 @@ Config file: one directive per line, `#` starts a comment line:
   output PATH         like --output
   no-optimize         like --no-optimize
   verbose             like --verbose
+  follow-exec         like --follow-exec (also `option follow-exec`)
+  no-follow-fork      like --no-follow-fork (also `option no-follow-fork`)
 Config entries come before command-line ones; --output overrides `output`.
 
 Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
@@ -54,6 +56,16 @@ pub struct Cli {
     /// Say, for each registered probe, the strategy chosen (jump or int3) and why not a jump.
     #[arg(short, long)]
     pub verbose: bool,
+
+    /// Run programs that the program execs with the runtime and the same handlers too
+    /// (default: they run without it, as kernel uprobes are dropped on exec).
+    #[arg(long)]
+    pub follow_exec: bool,
+
+    /// Give forked children their code back without probes (default: children keep the
+    /// probes and the handlers' state).
+    #[arg(long)]
+    pub no_follow_fork: bool,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
@@ -117,6 +129,15 @@ mod tests {
         assert_eq!(cli.handlers, [PathBuf::from("a.so"), PathBuf::from("b.so")]);
         assert_eq!(cli.params, ["p=1"]);
         assert_eq!(cli.command, ["./prog", "-v", "--foo", "--help", "-o", "--handlers", "c.so", "--"]);
+    }
+
+    #[test]
+    fn follow_options() {
+        let cli = parse(&["--follow-exec", "--no-follow-fork", "./prog", "--follow-exec"]).unwrap();
+        assert!(cli.follow_exec && cli.no_follow_fork);
+        assert_eq!(cli.command, ["./prog", "--follow-exec"]);
+        let cli = parse(&["./prog"]).unwrap();
+        assert!(!cli.follow_exec && !cli.no_follow_fork);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! handlers ../handlers/libcount.so
 //! param    probes=main,work+4
 //! output   count.out
+//! follow-exec
+//! option   no-follow-fork
 //! ```
 //!
 //! One directive per line, then blanks, then its argument (the rest of the line, trimmed).
@@ -13,6 +15,10 @@
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+/// The directives without an argument, also written `option NAME`; each is the command-line
+/// option of the same name.
+pub const SWITCHES: [&str; 4] = ["no-optimize", "verbose", "follow-exec", "no-follow-fork"];
+
 /// What a config file asks for, in file order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -20,7 +26,7 @@ pub struct Config {
     pub params: Vec<String>,
     /// The last `output` line, if any.
     pub output: Option<PathBuf>,
-    /// Switches: `no-optimize`, `verbose`.
+    /// Switches, in file order: `no-optimize`, `verbose`, `follow-exec`, `no-follow-fork`.
     pub options: Vec<String>,
 }
 
@@ -46,10 +52,12 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
                 let what = if directive == "param" { "NAME=VALUE" } else { "PATH" };
                 return Err(fail(format!("'{directive}' needs a {what}")));
             }
-            "no-optimize" | "verbose" if !arg.is_empty() => {
-                return Err(fail(format!("'{directive}' takes no argument")));
+            switch if SWITCHES.contains(&switch) && !arg.is_empty() => {
+                return Err(fail(format!("'{switch}' takes no argument")));
             }
-            "no-optimize" | "verbose" => config.options.push(directive.to_owned()),
+            switch if SWITCHES.contains(&switch) => config.options.push(switch.to_owned()),
+            "option" if SWITCHES.contains(&arg) => config.options.push(arg.to_owned()),
+            "option" => return Err(fail(format!("unknown option '{arg}' (expected {})", SWITCHES.join(", ")))),
             "handlers" => config.handlers.push(base.join(arg)),
             "output" => config.output = Some(base.join(arg)),
             "param" => {
@@ -58,7 +66,8 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
             }
             other => {
                 return Err(fail(format!(
-                    "unknown directive '{other}' (expected handlers, param, output, no-optimize or verbose)"
+                    "unknown directive '{other}' (expected handlers, param, output, option or a switch: {})",
+                    SWITCHES.join(", ")
                 )))
             }
         }
@@ -105,7 +114,7 @@ output last.txt
                 handlers: vec![PathBuf::from("/etc/probes/../lib/libcount.so"), PathBuf::from("/abs/libtrace.so"),],
                 params: vec!["probes=main,work+4".to_owned(), "empty=".to_owned(), "eq=a=b".to_owned(),],
                 output: Some(PathBuf::from("/etc/probes/last.txt")),
-                options: vec![],
+                ..Config::default()
             }
         );
     }
@@ -122,11 +131,8 @@ output last.txt
         assert_eq!(err.line, 3);
         assert_eq!(
             err.to_string(),
-            "3: unknown directive 'probe' (expected handlers, param, output, no-optimize or verbose)"
+            "3: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, follow-exec, no-follow-fork)"
         );
-        let config = parse("no-optimize\nverbose\n", Path::new("/")).unwrap();
-        assert_eq!(config.options, ["no-optimize", "verbose"]);
-        assert_eq!(parse("verbose yes\n", Path::new("/")).unwrap_err().to_string(), "1: 'verbose' takes no argument");
     }
 
     #[test]
@@ -138,6 +144,17 @@ output last.txt
             "2: param 'probes': expected NAME=VALUE"
         );
         assert_eq!(parse_in_etc("param =x\n").unwrap_err().to_string(), "1: param '=x': empty NAME in NAME=VALUE");
+    }
+
+    #[test]
+    fn reads_switches_bare_or_as_options() {
+        let config = parse_in_etc("follow-exec\noption no-follow-fork\nno-optimize\noption verbose\n").unwrap();
+        assert_eq!(config.options, ["follow-exec", "no-follow-fork", "no-optimize", "verbose"]);
+        assert_eq!(parse_in_etc("follow-exec yes\n").unwrap_err().to_string(), "1: 'follow-exec' takes no argument");
+        assert_eq!(
+            parse_in_etc("option follow-fork\n").unwrap_err().to_string(),
+            "1: unknown option 'follow-fork' (expected no-optimize, verbose, follow-exec, no-follow-fork)"
+        );
     }
 
     #[test]

@@ -103,10 +103,10 @@ mod tests {
                     path: "run.conf".into(),
                     error: ConfigError {
                         line: 3,
-                        reason: "unknown directive 'x' (expected handlers, param or output)".into(),
+                        reason: "unknown directive 'x' (expected handlers, param, output, follow-exec, no-follow-fork or option)".into(),
                     },
                 },
-                "run.conf:3: unknown directive 'x' (expected handlers, param or output)",
+                "run.conf:3: unknown directive 'x' (expected handlers, param, output, follow-exec, no-follow-fork or option)",
             ),
         ];
         let newline = Error::Param { param: "a=b\nc".into(), reason: "contains a newline" };

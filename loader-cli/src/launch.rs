@@ -118,15 +118,14 @@ mod tests {
             &["/h/libcount.so".into(), "/h/libtrace.so".into()],
             &["probes=main,work+4".into(), "x=".into()],
             Some(Path::new("/tmp/out")),
-            &[],
+            &["follow-exec".into()],
         );
         assert_eq!(
             spec,
             "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
-             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out"
+             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec"
         );
         assert_eq!(run_spec(&[], &[], None, &[]), "");
-        assert_eq!(run_spec(&[], &[], None, &["verbose".into()]), "option\tverbose");
     }
 
     #[test]

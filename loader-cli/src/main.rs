@@ -46,7 +46,13 @@ fn run() -> Result<Infallible, Error> {
         output = config.output;
         options = config.options;
     }
-    for (set, name) in [(cli.no_optimize, "no-optimize"), (cli.verbose, "verbose")] {
+    let flags = [
+        (cli.no_optimize, "no-optimize"),
+        (cli.verbose, "verbose"),
+        (cli.follow_exec, "follow-exec"),
+        (cli.no_follow_fork, "no-follow-fork"),
+    ];
+    for (set, name) in flags {
         if set && !options.iter().any(|o| o == name) {
             options.push(name.to_owned());
         }

@@ -87,6 +87,19 @@ unsafe impl GlobalAlloc for RuntimeAlloc {
     }
 }
 
+/// Holds the allocator's lock across `fork` (the `pthread_atfork` prepare step), so that the
+/// child never inherits it locked by a thread that does not exist there.
+pub fn fork_lock() {
+    core::mem::forget(ARENA.lock());
+}
+
+/// Ends [`fork_lock`], in the parent and in the child.
+pub fn fork_unlock() {
+    // SAFETY: called only after `fork_lock` on this thread (or its copy in the child), whose
+    // forgotten guard is the lock's only holder.
+    unsafe { ARENA.force_unlock() };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,10 +112,26 @@ fn describe(u: &Uprobe) -> String {
 }
 
 fn do_register(consumer: Consumer) -> c_int {
+    if crate::disable::reason().is_some() {
+        return -libc::EPERM;
+    }
     // SAFETY: the object came through register_uprobe/register_uretprobe, whose contract keeps
     // it valid while registered.
     match unsafe { registry::register(consumer) } {
-        Ok(_) => 0,
+        Ok(addr) => {
+            if addr != 0 {
+                crate::faults::describe(consumer.key(), addr, handler_of(consumer));
+            }
+            0
+        }
+        Err(e) if refuses_writable_code(&e) => {
+            if crate::disable::disable(crate::disable::Reason::WriteXorExecute) {
+                output::message(format_args!(
+                    "this process refuses to make its code writable ({e}; W^X, as with PR_SET_MDWE): the runtime is disabled and the program runs unprobed"
+                ));
+            }
+            -libc::EPERM
+        }
         Err(e) => {
             report(consumer, &e);
             e.errno()
@@ -123,7 +139,37 @@ fn do_register(consumer: Consumer) -> c_int {
     }
 }
 
-fn report(consumer: Consumer, e: &RegisterError) {
+/// The address of a probe object's handler, to name its library when it faults.
+pub fn handler_of(consumer: Consumer) -> usize {
+    // SAFETY: registered probe objects are valid (C ABI).
+    unsafe {
+        match consumer {
+            Consumer::Uprobe(u) => (*u).handler.map_or(0, |h| h as usize),
+            Consumer::Uretprobe(rp) => {
+                (*rp).handler.map(|h| h as usize).or((*rp).entry_handler.map(|h| h as usize)).unwrap_or(0)
+            }
+        }
+    }
+}
+
+/// Whether a registration failed because the process refuses writable code (W^X).
+fn refuses_writable_code(e: &RegisterError) -> bool {
+    let errno = match e {
+        RegisterError::Patch { source, .. } => source.errno,
+        RegisterError::Slot { source: crate::ssol::SlotError::Map { errno, .. }, .. } => *errno,
+        _ => return false,
+    };
+    errno == libc::EACCES || errno == libc::EPERM
+}
+
+/// Runs `f` marked as inside the runtime (probe hits on the way run no handler).
+pub fn inside<R>(f: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
+    f()
+}
+
+/// Says why a registration failed, on the run's output.
+pub fn report(consumer: Consumer, e: &RegisterError) {
     if *e == RegisterError::AlreadyRegistered {
         return;
     }

@@ -3,7 +3,7 @@
 use crate::spec::{self, Spec};
 use std::sync::atomic::Ordering;
 
-use crate::{api, handlers, output, patch, registry, sys, trap};
+use crate::{api, disable, dl, fds, fork, handlers, output, patch, registry, signals, sys, trap};
 
 #[used]
 #[link_section = ".init_array"]
@@ -41,26 +41,63 @@ fn scrub_environment() {
     }
 }
 
+/// Leaves the runtime in the environment for the programs this one execs (`--follow-exec`),
+/// marking the specification so that they know they were exec'd.
+fn pass_on_environment(text: &str, spec: &Spec) {
+    if !spec.options.followed_exec {
+        std::env::set_var(spec::ENV_SPEC, format!("{text}\n{}", spec::FOLLOWED_RECORD));
+    }
+}
+
+/// The program's path, for messages.
+fn program_path() -> String {
+    std::fs::read_link("/proc/self/exe").map_or_else(|_| "this program".into(), |p| p.display().to_string())
+}
+
 extern "C" fn init() {
     // Preloaded by something other than uprobe-run: stay inert.
     let Ok(text) = std::env::var(spec::ENV_SPEC) else {
         return;
     };
-    scrub_environment();
     let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
+    if spec.options.follow_exec {
+        pass_on_environment(&text, &spec);
+    } else {
+        scrub_environment();
+    }
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
+    fds::init();
     api::set_params(&spec.params);
-    registry::OPTIMIZE.store(!spec.has_option("no-optimize"), Ordering::Relaxed);
-    registry::VERBOSE.store(spec.has_option("verbose"), Ordering::Relaxed);
+    registry::OPTIMIZE.store(!spec.options.no_optimize, Ordering::Relaxed);
+    registry::VERBOSE.store(spec.options.verbose, Ordering::Relaxed);
     patch::init();
     registry::init_readers();
+    fork::init(spec.options.no_follow_fork);
+    signals::init();
+    dl::init();
     if let Err(errno) = trap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }
     // SAFETY: run_exits is an extern "C" fn() that stays loaded until the process ends.
     unsafe { libc::atexit(handlers::run_exits) };
+    if !spec.handlers.is_empty() && crate::registry::main_is_go() {
+        output::message(format_args!(
+            "{} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work",
+            program_path()
+        ));
+    }
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
+            // Fail open: the runtime said once that it is off, the program runs unprobed.
+            if disable::reason() == Some(disable::Reason::WriteXorExecute) {
+                continue;
+            }
+            // A program reached by a followed exec is not the one the user pointed
+            // uprobe-run at: what does not apply to it is reported, not fatal.
+            if spec.options.followed_exec {
+                output::message(format_args!("{line}; {} (exec'd) runs without it", program_path()));
+                continue;
+            }
             output::flush();
             fail(&line);
         }

@@ -22,8 +22,9 @@ use iced_x86::{
 
 use crate::abi::PtRegs;
 
-/// The length of `jmp rel32`.
+/// The length of `jmp rel32`, and its opcode.
 pub const JMP_LEN: usize = 5;
+pub const JMP_OPCODE: u8 = 0xe9;
 /// Bytes reserved for one stub.
 pub const STUB_SIZE: usize = 160;
 
@@ -268,7 +269,7 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64) -> Result<Ve
 /// The bytes written over the patched range: `jmp stub`, then `int3` filler.
 pub fn patch_bytes(addr: u64, stub: u64, patch_len: usize) -> Vec<u8> {
     let rel = (stub as i64 - (addr as i64 + JMP_LEN as i64)) as i32;
-    let mut bytes = vec![0xe9];
+    let mut bytes = vec![JMP_OPCODE];
     bytes.extend(rel.to_le_bytes());
     bytes.resize(patch_len, 0xcc);
     bytes

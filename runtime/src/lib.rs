@@ -17,9 +17,14 @@
 //! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
 //! - [`retprobe`]: return probes: the per-thread return stack, the trampoline, unwinders;
 //! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
-//! - [`printf`], [`output`]: `uprobe_printf` and the run's output;
+//! - [`printf`], [`output`]: `uprobe_printf` and the run's output; [`fds`]: keeping its
+//!   descriptor open in programs that close every descriptor;
 //! - [`spec`]: what `uprobe-run` passes in the environment;
 //! - [`thread`]: the runtime's per-thread state;
+//! - [`signals`], [`faults`]: the program's own signal actions and masks (interposed), and a
+//!   handler that faults; [`interpose`]: finding the functions interposers stand in for;
+//! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
+//! - [`fork`], [`disable`]: children of `fork`, and processes where the runtime must stay off;
 //! - [`alloc`]: the runtime's own allocator, usable from signal context;
 //! - [`sys`]: every raw syscall the runtime makes.
 #![deny(unsafe_code)]
@@ -30,11 +35,22 @@ pub mod alloc;
 #[allow(unsafe_code)]
 pub mod api;
 pub mod decode;
+pub mod disable;
+#[allow(unsafe_code)]
+pub mod dl;
 pub mod emulate;
+#[allow(unsafe_code)]
+pub mod faults;
+#[allow(unsafe_code)]
+pub mod fds;
+#[allow(unsafe_code)]
+pub mod fork;
 #[allow(unsafe_code)]
 pub mod handlers;
 #[allow(unsafe_code)]
 mod init;
+#[allow(unsafe_code)]
+pub mod interpose;
 #[allow(unsafe_code)]
 pub mod jump;
 pub mod maps;
@@ -49,6 +65,8 @@ pub mod registry;
 pub mod resolve;
 #[allow(unsafe_code)]
 pub mod retprobe;
+#[allow(unsafe_code)]
+pub mod signals;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod ssol;

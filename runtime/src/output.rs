@@ -52,6 +52,21 @@ pub fn init(path: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
+/// The output's descriptor (signal-safe).
+pub fn fd() -> i32 {
+    FD.load(Ordering::Relaxed)
+}
+
+/// Moves the output to another descriptor number, out of the way of a `dup2` onto it.
+pub fn move_fd() {
+    let old = fd();
+    // SAFETY: duplicating a descriptor has no memory effects.
+    let new = unsafe { libc::fcntl(old, libc::F_DUPFD_CLOEXEC, FD_FLOOR) };
+    if new >= 0 {
+        FD.store(new, Ordering::Relaxed);
+    }
+}
+
 fn write_out(bytes: &[u8]) {
     // Output that cannot be written is dropped: the program must go on.
     let _ = sys::write_all(FD.load(Ordering::Relaxed), bytes);

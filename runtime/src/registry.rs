@@ -178,13 +178,11 @@ pub fn init_readers() {
     }
     SLOT_KEY.store(key as usize, Ordering::Relaxed);
     FAST_READERS.store(sys::membarrier_register_private_expedited(), Ordering::Relaxed);
-    // SAFETY: a child handler with the signature pthread_atfork expects.
-    unsafe { libc::pthread_atfork(None, None, Some(readers_after_fork)) };
 }
 
 /// In a child after fork: only the forking thread exists, so the other threads' reader
 /// slots and shared counts are stale (one may have been mid-section) and are cleared.
-pub extern "C" fn readers_after_fork() {
+fn readers_after_fork() {
     let own = crate::thread::current().reader.get();
     for i in 0..READER_SLOTS {
         if own == 0 || own == NO_SLOT || i != own as usize - 1 {
@@ -378,6 +376,9 @@ impl RegisterError {
 struct State {
     /// Registered probe objects and their addresses.
     registered: BTreeMap<usize, usize>,
+    /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
+    /// probe object; true for return probes.
+    pending: BTreeMap<usize, bool>,
     elf: BTreeMap<String, Arc<ElfInfo>>,
     slots: Slots,
     /// The address space as last read, and the loader's (adds, subs) counters then.
@@ -387,6 +388,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     registered: BTreeMap::new(),
+    pending: BTreeMap::new(),
     elf: BTreeMap::new(),
     slots: Slots::new(),
     maps: None,
@@ -442,6 +444,17 @@ impl State {
             return false;
         };
         self.elf(path).is_some_and(|info| info.is_go())
+    }
+
+    /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
+    fn symbolize(&mut self, addr: usize) -> Option<String> {
+        let maps = self.maps(Some(addr));
+        let modules = resolve::loaded_modules(&maps);
+        let module = modules.iter().find(|m| m.holds(addr))?;
+        let info = self.elf(&module.path)?;
+        let bias = info.bias(module.first_start, module.first_offset)?;
+        let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
+        Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
     }
 
     fn elf(&mut self, path: &str) -> Option<Arc<ElfInfo>> {
@@ -616,6 +629,15 @@ fn is_armed(pp: &ProbePoint) -> bool {
     !pp.consumers.load(Ordering::SeqCst).is_null()
 }
 
+/// Whether an armed point's patch is still in the text: a library unloaded and another mapped
+/// at the same address leaves consumers behind without it. The caller checked that the
+/// address is executable (hence readable).
+fn is_live(pp: &ProbePoint) -> bool {
+    // SAFETY: see above.
+    let first = unsafe { *(pp.addr as *const u8) };
+    is_armed(pp) && (first == INT3 || (first == jump::JMP_OPCODE && pp.jump_active.load(Ordering::SeqCst)))
+}
+
 /// The implementation an IFUNC symbol resolves to, as the dynamic loader chose it.
 fn ifunc_target(path: &str, name: &str) -> Option<usize> {
     let path = std::ffi::CString::new(path).ok()?;
@@ -672,7 +694,7 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
     }
     let target = target_of(probe)?;
     let mut st = state();
-    if st.registered.contains_key(&consumer.key()) {
+    if st.registered.contains_key(&consumer.key()) || st.pending.contains_key(&consumer.key()) {
         return Err(RegisterError::AlreadyRegistered);
     }
     if matches!(consumer, Consumer::Uretprobe(_)) && st.main_is_go() {
@@ -683,20 +705,33 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
         ProbeSpecOwned::Symbol(name, offset) => {
             let spec = resolve::parse_spec(&name).map_err(|e| RegisterError::BadSpec(name.clone(), e))?;
             let maps = st.maps(None);
-            st.resolve(&spec, &maps)?.wrapping_add(offset as usize)
+            match st.resolve(&spec, &maps) {
+                // Armed when the module is loaded (`pending`); 0 says so to the caller.
+                Err(RegisterError::UnknownModule { .. }) => {
+                    st.pending.insert(consumer.key(), matches!(consumer, Consumer::Uretprobe(_)));
+                    return Ok(0);
+                }
+                resolved => resolved?.wrapping_add(offset as usize),
+            }
         }
     };
+    place(&mut st, consumer, addr)?;
+    Ok(addr)
+}
+
+/// Arms `addr` for `consumer` (or joins the probes there) and records it as registered.
+fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
     let maps = st.maps(Some(addr));
     if matches!(consumer, Consumer::Uretprobe(_)) {
         if let Some((function, start, _)) = st.function_at(addr, &maps).filter(|(_, start, _)| *start != addr) {
             return Err(RegisterError::NotEntry { addr, function, start });
         }
     }
-    let pp = match lookup(addr).filter(|pp| is_armed(pp)) {
+    let pp = match lookup(addr).filter(|pp| maps::find(&maps, addr).is_some_and(|m| m.exec) && is_live(pp)) {
         Some(pp) => pp,
         None => {
-            make_room_at(&mut st, addr);
-            arm(&mut st, addr, &maps)?
+            make_room_at(st, addr);
+            arm(st, addr, &maps)?
         }
     };
     let mut probes = current_probes(pp);
@@ -706,16 +741,15 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
     // Like kprobes filling in `addr`: the object now says where it was placed.
     // SAFETY: the object is valid (caller) and owned by the registry until unregistered.
     unsafe { (*consumer.placement()).vaddr = addr as _ };
-    let strategy = install_jump(&mut st, pp);
+    let strategy = install_jump(st, pp);
     if VERBOSE.load(Ordering::Relaxed) {
-        drop(st);
-        let name = symbolize(addr).unwrap_or_default();
+        let name = st.symbolize(addr).unwrap_or_default();
         match strategy {
             Ok(()) => crate::output::message(format_args!("probe at {addr:#x} ({name}): jump")),
             Err(why) => crate::output::message(format_args!("probe at {addr:#x} ({name}): int3 ({why})")),
         }
     }
-    Ok(addr)
+    Ok(())
 }
 
 /// Makes `addr` a live probe point: checks it, prepares the displaced instruction, writes the
@@ -829,6 +863,9 @@ fn tls_get_addr() -> usize {
 /// On return no handler of `u` is running or will run.
 pub fn unregister(consumer: Consumer) {
     let mut st = state();
+    if st.pending.remove(&consumer.key()).is_some() {
+        return;
+    }
     let Some(addr) = st.registered.remove(&consumer.key()) else {
         return;
     };
@@ -854,14 +891,140 @@ pub fn address_of(u: *mut Uprobe) -> Option<usize> {
 
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
 pub fn symbolize(addr: usize) -> Option<String> {
+    state().symbolize(addr)
+}
+
+/// Whether the main program is written in Go.
+pub fn main_is_go() -> bool {
+    state().main_is_go()
+}
+
+/// Arms the pending probes whose module is now loaded (after `dlopen`). Returns each probe
+/// that left the pending list, with its address or why it could not be placed.
+pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
     let mut st = state();
-    let maps = st.maps(Some(addr));
-    let modules = resolve::loaded_modules(&maps);
-    let module = modules.iter().find(|m| m.holds(addr))?;
-    let info = st.elf(&module.path)?;
-    let bias = info.bias(module.first_start, module.first_offset)?;
-    let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
-    Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
+    let mut done = Vec::new();
+    let pending: Vec<Consumer> = st
+        .pending
+        .iter()
+        .map(
+            |(&key, &ret)| {
+                if ret {
+                    Consumer::Uretprobe(key as *mut Uretprobe)
+                } else {
+                    Consumer::Uprobe(key as *mut Uprobe)
+                }
+            },
+        )
+        .collect();
+    for consumer in pending {
+        // SAFETY: registered (pending) probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        let Ok(ProbeSpecOwned::Symbol(name, offset)) = target_of(probe) else { continue };
+        let Ok(spec) = resolve::parse_spec(&name) else { continue };
+        let maps = st.maps(None);
+        let result = match st.resolve(&spec, &maps) {
+            Err(RegisterError::UnknownModule { .. }) => continue,
+            Err(e) => Err(e),
+            Ok(a) => {
+                let addr = a.wrapping_add(offset as usize);
+                place(&mut st, consumer, addr).map(|()| addr)
+            }
+        };
+        st.pending.remove(&consumer.key());
+        done.push((consumer, result));
+    }
+    done
+}
+
+/// Forgets the probes whose code is no longer mapped (after `dlclose`): "module:symbol"
+/// probes go back to pending, to be armed when the module is loaded again; the others are
+/// returned, with their address, as gone.
+pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
+    let mut st = state();
+    let maps = st.maps(None);
+    let gone: Vec<(usize, usize)> = st
+        .registered
+        .iter()
+        .filter(|(_, &addr)| !maps::find(&maps, addr).is_some_and(|m| m.exec))
+        .map(|(&key, &addr)| (key, addr))
+        .collect();
+    let mut dropped = Vec::new();
+    for (key, addr) in gone {
+        st.registered.remove(&key);
+        let Some(pp) = lookup(addr) else { continue };
+        let mut probes = current_probes(pp);
+        let Some(&consumer) = probes.iter().find(|c| c.key() == key) else { continue };
+        probes.retain(|c| c.key() != key);
+        // The code is gone, and its int3 with it: nothing to write back.
+        publish(pp, probes);
+        // SAFETY: registered probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        match target_of(probe) {
+            Ok(ProbeSpecOwned::Symbol(name, _)) if name.contains(':') => {
+                st.pending.insert(key, matches!(consumer, Consumer::Uretprobe(_)));
+            }
+            _ => dropped.push((consumer, addr)),
+        }
+    }
+    dropped
+}
+
+thread_local! {
+    /// The registry lock, held by the forking thread from `fork`'s prepare step until the
+    /// parent and the child go on.
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, State>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `fork` prepare step: takes the registry lock, so that the child does not inherit it held by
+/// a thread that does not exist there.
+pub fn fork_prepare() {
+    let guard = state();
+    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+/// `fork`, parent side: lets the registry go.
+pub fn fork_parent() {
+    FORK_GUARD.with(|g| g.borrow_mut().take());
+}
+
+/// `fork`, child side (one thread). Read-side sections of the parent's other threads were
+/// copied half-done and will never end here: forget them, or the child's first unregister
+/// would wait for them forever. With `disarm`, the child gets its original code back: every
+/// armed probe point is restored and forgotten, without waiting for a grace period (no other
+/// thread exists).
+pub fn fork_child(disarm: bool, in_handler: bool) {
+    let Some(mut st) = FORK_GUARD.with(|g| g.borrow_mut().take()) else {
+        return;
+    };
+    if !in_handler {
+        readers_after_fork();
+    }
+    if !disarm {
+        return;
+    }
+    for entry in TABLE.iter() {
+        let p = entry.load(Ordering::Acquire);
+        // SAFETY: as in `lookup`.
+        let Some(pp) = (unsafe { p.as_ref() }) else { continue };
+        if pp.consumers.load(Ordering::SeqCst).is_null() {
+            continue;
+        }
+        let prot = prot_at(&mut st, pp.addr);
+        match &pp.jump {
+            Ok(prep) if pp.jump_active.swap(false, Ordering::SeqCst) => {
+                let _ = patch::write_code(pp.addr, &prep.orig[..prep.patch_len], prot);
+                pp.tail_patched.store(false, Ordering::SeqCst);
+            }
+            _ => {
+                let _ = patch::write_code(pp.addr, &pp.orig[..1], prot);
+            }
+        }
+        // The old list is left allocated: a copied half-done hit may still hold it.
+        pp.consumers.store(core::ptr::null_mut(), Ordering::SeqCst);
+    }
+    st.registered.clear();
 }
 
 /// Says, for every probe point, how many hits ran no handler because the thread was already

@@ -253,7 +253,9 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
     unsafe {
         if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(frame.rp)) {
             if let Some(handler) = (*frame.rp).handler {
+                let outer = t.handling.replace(frame.rp as usize);
                 handler(ri, regs);
+                t.handling.set(outer);
             }
         }
     }

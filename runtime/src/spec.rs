@@ -13,9 +13,28 @@ pub struct Spec {
     pub params: Vec<(String, String)>,
     /// Where the runtime writes; None is stderr.
     pub output: Option<String>,
-    /// Switches given with `option<TAB>NAME`: `no-optimize`, `verbose`.
-    pub options: Vec<String>,
+    /// `option<TAB>NAME` records.
+    pub options: Options,
 }
+
+/// Behaviour switches, each an `option<TAB>NAME` record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `follow-exec`: programs the process execs run with the runtime and the same handlers.
+    pub follow_exec: bool,
+    /// `no-follow-fork`: a forked child gets its text back without probes.
+    pub no_follow_fork: bool,
+    /// `no-optimize`: every probe keeps its `int3` (no jump probes).
+    pub no_optimize: bool,
+    /// `verbose`: each registration says the strategy chosen and why not a jump.
+    pub verbose: bool,
+    /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
+    /// exec'd program knows it was not started by uprobe-run directly.
+    pub followed_exec: bool,
+}
+
+/// The record the runtime adds to the specification it passes to exec'd programs.
+pub const FOLLOWED_RECORD: &str = "option\tfollowed-exec";
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SpecError {
@@ -25,6 +44,8 @@ pub enum SpecError {
     ParamWithoutValue(String),
     #[error("unknown record key {0:?}")]
     UnknownKey(String),
+    #[error("unknown option {0:?}")]
+    UnknownOption(String),
 }
 
 impl Spec {
@@ -40,15 +61,18 @@ impl Spec {
                     spec.params.push((name.into(), v.into()));
                 }
                 "output" => spec.output = Some(value.into()),
-                "option" => spec.options.push(value.into()),
+                "option" => match value {
+                    "follow-exec" => spec.options.follow_exec = true,
+                    "no-follow-fork" => spec.options.no_follow_fork = true,
+                    "followed-exec" => spec.options.followed_exec = true,
+                    "no-optimize" => spec.options.no_optimize = true,
+                    "verbose" => spec.options.verbose = true,
+                    _ => return Err(SpecError::UnknownOption(value.into())),
+                },
                 _ => return Err(SpecError::UnknownKey(key.into())),
             }
         }
         Ok(spec)
-    }
-
-    pub fn has_option(&self, name: &str) -> bool {
-        self.options.iter().any(|o| o == name)
     }
 
     pub fn param(&self, name: &str) -> Option<&str> {
@@ -77,6 +101,18 @@ mod tests {
         assert_eq!(s.param("v"), Some("2=3"));
         assert_eq!(s.output.as_deref(), Some("/o"));
         assert_eq!(s.param("w"), None);
+        assert_eq!(s.options, Options::default());
+    }
+
+    #[test]
+    fn parses_options() {
+        let s = Spec::parse("option\tfollow-exec\noption\tno-follow-fork\n").unwrap();
+        assert_eq!(s.options, Options { follow_exec: true, no_follow_fork: true, ..Options::default() });
+        let s = Spec::parse("option\tno-optimize\noption\tverbose\n").unwrap();
+        assert!(s.options.no_optimize && s.options.verbose && !s.options.follow_exec);
+        let s = Spec::parse(&format!("option\tfollow-exec\n{FOLLOWED_RECORD}")).unwrap();
+        assert!(s.options.followed_exec);
+        assert_eq!(Spec::parse("option\tfollow-fork"), Err(SpecError::UnknownOption("follow-fork".into())));
     }
 
     #[test]

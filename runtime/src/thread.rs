@@ -17,6 +17,8 @@ pub struct ThreadState {
     pub depth: Cell<u32>,
     /// Registration requests queued by handlers (see `api`).
     pub queued: Cell<usize>,
+    /// The probe object whose handler the thread runs, or 0 (see `faults`).
+    pub handling: Cell<usize>,
     /// Pending returns of return probes.
     pub returns: UnsafeCell<ReturnStack>,
     /// The thread's reader slot in the registry, plus one; 0: none claimed yet; `u32::MAX`:
@@ -32,6 +34,7 @@ thread_local! {
             depth: Cell::new(0),
             queued: Cell::new(0),
             reader: Cell::new(0),
+            handling: Cell::new(0),
             returns: UnsafeCell::new(ReturnStack::EMPTY),
         }
     };

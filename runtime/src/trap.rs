@@ -17,7 +17,7 @@ use crate::decode::Plan;
 use crate::emulate::{self, Cpu};
 use crate::registry::{self, Consumer, ProbePoint};
 use crate::thread::{self, ThreadState};
-use crate::{api, jump, output, retprobe, sys};
+use crate::{api, jump, retprobe, sys};
 
 const SI_KERNEL: c_int = 0x80;
 
@@ -58,7 +58,8 @@ pub fn install() -> Result<(), sys::Errno> {
         // NODEFER: a probe hit inside a handler (or inside the runtime) traps again.
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut()) != 0 {
+        // The libc function itself: `sigaction` calls reach the program's view (`signals`).
+        if crate::signals::real_sigaction(libc::SIGTRAP, Some(&sa), None) != 0 {
             return Err(sys::errno());
         }
     }
@@ -206,24 +207,13 @@ fn hit(pp: &ProbePoint, gregs: &mut Gregs, t: &ThreadState) {
     }
     let mut regs = regs_from(gregs, pp.addr);
     // SAFETY: the list stays allocated until our read-side section ends.
-    run_consumers(pp, unsafe { &*consumers }, &mut regs);
+    run_consumers(pp, unsafe { &*consumers }, &mut regs, t);
     registry::read_unlock(epoch);
     regs_into(&regs, gregs);
     if regs.rip as usize == pp.addr {
         run_displaced(pp, gregs);
     } else {
         gregs[libc::REG_RIP as usize] = regs.rip as i64;
-    }
-}
-
-/// A trap that is not one of our probes: what the program would have met without us.
-fn foreign_trap(addr: usize) {
-    output::message_fixed(b"uprobe-run: SIGTRAP that is not a probe hit, near ", addr);
-    // SAFETY: restoring the default action and raising the signal again reproduces the
-    // program's own fate; both calls are async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGTRAP, libc::SIG_DFL);
-        libc::raise(libc::SIGTRAP);
     }
 }
 
@@ -234,7 +224,8 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
     let (code, gregs) = unsafe { ((*info).si_code, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs) };
     let addr = (gregs[libc::REG_RIP as usize] as usize).wrapping_sub(1);
     let Some(pp) = registry::lookup(addr).filter(|_| code == SI_KERNEL) else {
-        foreign_trap(addr);
+        // SAFETY: the kernel's arguments to this handler, passed on.
+        unsafe { crate::signals::foreign_trap(addr, info, ctx) };
         return;
     };
     // Decided before anything else runs: everything below may call probed libc code.
@@ -275,7 +266,7 @@ pub fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
     let consumers = pp.consumers.load(Ordering::SeqCst);
     if !consumers.is_null() {
         // SAFETY: as in `hit`.
-        run_consumers(pp, unsafe { &*consumers }, regs);
+        run_consumers(pp, unsafe { &*consumers }, regs, t);
     }
     registry::read_unlock(epoch);
     t.busy.set(false);
@@ -290,9 +281,11 @@ pub fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
     }
 }
 
-/// Calls the handlers of `consumers` in registration order (busy, in a read-side section).
-fn run_consumers(pp: &ProbePoint, consumers: &registry::Consumers, regs: &mut PtRegs) {
+/// Calls the handlers of `consumers` in registration order (busy, in a read-side section),
+/// each with the thread marked as running that probe's handler (see `faults`).
+fn run_consumers(pp: &ProbePoint, consumers: &registry::Consumers, regs: &mut PtRegs, t: &ThreadState) {
     for &consumer in &consumers.probes {
+        let outer = t.handling.replace(consumer.key());
         // SAFETY: each entry is a registered probe object, which the C ABI keeps valid until
         // unregister returns, and unregister waits for the caller's read-side section; the
         // handlers are the user's functions with the documented signatures.
@@ -306,5 +299,6 @@ fn run_consumers(pp: &ProbePoint, consumers: &registry::Consumers, regs: &mut Pt
                 Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs),
             }
         }
+        t.handling.set(outer);
     }
 }

@@ -140,6 +140,22 @@ pub fn run_uprobe(args: &[&str]) -> Run {
     finish(output, text)
 }
 
+/// Like [`run_uprobe`], with extra environment variables for uprobe-run and the program.
+pub fn run_uprobe_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = tempfile("out");
+    let output = Command::new(uprobe_run())
+        .arg("-o")
+        .arg(&out)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run uprobe-run");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    finish(output, text)
+}
+
 /// Runs a program directly, without the runtime.
 pub fn run_plain(program: &Path, args: &[&str]) -> Output {
     Command::new(program).args(args).stdin(Stdio::null()).output().expect("run program")

@@ -212,6 +212,7 @@ fn return_probes_are_refused_in_go_programs() {
     assert_eq!(run.status.code(), Some(127));
     assert_eq!(
         run.output,
-        "uprobe-run: register_uretprobe(work): return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks\nret: cannot probe work: -95\n"
+        format!("uprobe-run: {} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work\n", prog.display())
+            + "uprobe-run: register_uretprobe(work): return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks\nret: cannot probe work: -95\n"
     );
 }

@@ -1,4 +1,5 @@
-//! Threads hitting one probe at the same time: the total is exact.
+//! Threads hitting one probe at the same time (exact totals), probes placed and removed while
+//! threads run the code (hits within the bounds the timing allows), and reentrancy.
 
 use uprobe_tests::*;
 
@@ -49,4 +50,45 @@ fn a_handler_calling_the_probed_function_is_not_re_entered() {
         run.output
     );
     assert_eq!(lines.len(), 2);
+}
+
+#[test]
+fn probes_registered_and_removed_while_threads_run_the_code() {
+    let prog = fixture("threads_stress", &["-O2", "-g", "-fno-inline", "-pthread"]);
+    for threads in ["2", "3"] {
+        let run = run_uprobe(&[prog.to_str().unwrap(), "1000", threads]);
+        assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
+        assert_eq!(
+            run.stdout,
+            format!(
+                "before: hits within bounds\nwork: hits within bounds\nafter: hits within bounds\ncycles=1000 threads={threads}\n"
+            )
+        );
+        // No hit ran without its handler, and nothing else was said.
+        assert_eq!(run.output, "");
+    }
+}
+
+#[test]
+fn a_handler_on_malloc_that_calls_malloc_neither_recurses_nor_deadlocks() {
+    let prog = fixture("reentrancy", &["-O2", "-g"]);
+    let handler = test_handler("malloc_reenter");
+    let run = run_uprobe(&["--handlers", handler.to_str().unwrap(), prog.to_str().unwrap()]);
+    assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
+    assert_eq!(run.stdout, "reentrancy: 10 blocks\n");
+    let lines: Vec<&str> = run.output.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["malloc_reenter: first marked call, handler's own malloc done", "malloc_reenter: marked=10 inner=OK"]
+    );
+    // Each handler's own malloc hit the probe once more, and ran no handler.
+    assert!(
+        lines[2].starts_with("uprobe-run: probe at 0x")
+            && lines[2].ends_with(
+                "(malloc+0x0): 10 hits ran no handler (they came from a handler or from the runtime itself)"
+            ),
+        "{}",
+        run.output
+    );
+    assert_eq!(lines.len(), 3, "{}", run.output);
 }
