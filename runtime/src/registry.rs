@@ -152,7 +152,19 @@ fn insert(pp: &'static ProbePoint) -> Result<(), RegisterError> {
 
 const READER_SLOTS: usize = 1024;
 const NO_SLOT: u32 = u32::MAX;
-static SLOT_SEQ: [AtomicU64; READER_SLOTS] = [const { AtomicU64::new(0) }; READER_SLOTS];
+/// A reader slot's sequence, alone in its cache line: threads on other cores must not share
+/// the line they write at every hit.
+#[repr(align(64))]
+struct Seq(AtomicU64);
+
+impl core::ops::Deref for Seq {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
+
+static SLOT_SEQ: [Seq; READER_SLOTS] = [const { Seq(AtomicU64::new(0)) }; READER_SLOTS];
 static SLOT_TAKEN: [AtomicBool; READER_SLOTS] = [const { AtomicBool::new(false) }; READER_SLOTS];
 /// Whether private expedited membarriers work here (set at start-up).
 static FAST_READERS: AtomicBool = AtomicBool::new(false);
