@@ -1,0 +1,301 @@
+//! `cargo bench --bench hitcost`: what one probe hit costs under uprobe-run, ptrace-based
+//! breakpoint engines and kernel uprobes, next to no probe and the bare SIGTRAP round trip.
+//! Measures and reports; asserts nothing about speed. See benches/README.md.
+//!
+//! Environment:
+//!   HITCOST_RUNS  runs per row (default 5); the median is reported
+//!   HITCOST_MS    target length of one run in ms (default 250; ptrace rows 4x, ptrace-ool 2x):
+//!                 hits per run are sized from a short calibration run of each row
+//!   HITCOST_N     fixed hits per run for every row instead (per thread)
+//!   HITCOST_NO_BUILD=1  measure target/release/uprobe-run and libuprobe.so as they are,
+//!                 without running `cargo build --release` first
+//!   HITCOST_ONLY  comma-separated engines to run (sigtrap, int3, jump, kernel, ptrace-ool,
+//!                 ptrace, ptrace-xcpu) and/or `startup`; the baseline rows always run
+
+use std::fs;
+use std::str::FromStr;
+use uprobe_bench::elf;
+use uprobe_bench::engines::kernel::KernelProbes;
+use uprobe_bench::engines::uprobe_run::UprobeRun;
+use uprobe_bench::engines::{plain, Engine, Engines, Failure, Job, Kind};
+use uprobe_bench::fixture::{self, Paths, FUNCTIONS, GENERATED_FUNCTIONS};
+use uprobe_bench::machine::Machine;
+use uprobe_bench::report::{fmt_ns, HitRow, Report, StartupRow};
+use uprobe_bench::stats;
+
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("hitcost: ignoring {name}={v}: not a number");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+struct Settings {
+    runs: usize,
+    target_ms: f64,
+    fixed_hits: Option<u64>,
+    only: Option<Vec<String>>,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            runs: env_or("HITCOST_RUNS", 5usize).max(1),
+            target_ms: env_or("HITCOST_MS", 250.0f64).max(1.0),
+            fixed_hits: std::env::var("HITCOST_N").ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0),
+            only: std::env::var("HITCOST_ONLY")
+                .ok()
+                .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()),
+        }
+    }
+
+    fn wanted(&self, name: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
+    }
+
+    fn target_ns(&self, engine: Engine) -> f64 {
+        let scale = match engine {
+            Engine::Ptrace | Engine::PtraceXcpu => 4.0,
+            Engine::PtraceOol => 2.0,
+            _ => 1.0,
+        };
+        self.target_ms * 1e6 * scale
+    }
+}
+
+/// The hit-cost rows, in report order.
+fn plan(settings: &Settings) -> Vec<HitRow> {
+    let mut rows = Vec::new();
+    if settings.wanted("sigtrap") {
+        rows.push(HitRow::new(Engine::Sigtrap, Kind::Trap, "-", 1));
+    }
+    for f in FUNCTIONS {
+        rows.push(HitRow::new(Engine::None, Kind::Call, f, 1));
+    }
+    let probed = [Engine::Int3, Engine::Jump, Engine::Kernel, Engine::PtraceOol, Engine::Ptrace, Engine::PtraceXcpu];
+    for f in FUNCTIONS {
+        for kind in Kind::PROBES {
+            for engine in probed {
+                // The cross-CPU variant only shows what placement costs: entry rows suffice.
+                let shown = engine != Engine::PtraceXcpu || kind == Kind::Entry;
+                if shown && settings.wanted(engine.name()) {
+                    rows.push(HitRow::new(engine, kind, f, 1));
+                }
+            }
+        }
+    }
+    // Signal delivery itself slows down when threads of one process trap at once: the bare
+    // round trip with 2 threads tells that apart from what a probe engine adds.
+    if settings.wanted("sigtrap") {
+        rows.push(HitRow::new(Engine::Sigtrap, Kind::Trap, "-", 2));
+    }
+    rows.push(HitRow::new(Engine::None, Kind::Call, "f_push", 2));
+    for engine in [Engine::Int3, Engine::Jump, Engine::Kernel] {
+        if settings.wanted(engine.name()) {
+            rows.push(HitRow::new(engine, Kind::Entry, "f_push", 2));
+        }
+    }
+    rows
+}
+
+fn job(row: &HitRow, hits: u64) -> Job {
+    Job { engine: row.engine, kind: row.kind, function: row.function, threads: row.threads, hits }
+}
+
+fn describe(row: &HitRow) -> String {
+    format!(
+        "{} {} {}{}",
+        row.engine.name(),
+        row.kind.name(),
+        row.function,
+        if row.threads > 1 { format!(" x{}", row.threads) } else { String::new() }
+    )
+}
+
+/// Sizes every row with a short run, then makes `runs` passes over all rows (interleaved, so
+/// that slow drift of the machine spreads over every row alike).
+fn measure(engines: &Engines, rows: &mut [HitRow], settings: &Settings) {
+    for row in rows.iter_mut() {
+        if let Some(reason) = engines.unavailable(row.engine) {
+            row.failure = Some(Failure::Unavailable(reason));
+            continue;
+        }
+        if let Some(n) = settings.fixed_hits {
+            row.hits_per_run = n;
+            continue;
+        }
+        match engines.run(&job(row, row.engine.calibration_hits())) {
+            Ok(m) => {
+                row.hits_per_run = stats::hits_for(settings.target_ns(row.engine), m.ns_per_call(), 1_000, 500_000_000);
+            }
+            Err(f) => {
+                eprintln!("hitcost: {}: {}", describe(row), f.reason());
+                row.failure = Some(f);
+            }
+        }
+    }
+    for pass in 1..=settings.runs {
+        for row in rows.iter_mut().filter(|r| r.failure.is_none()) {
+            match engines.run(&job(row, row.hits_per_run)) {
+                Ok(m) => {
+                    eprintln!(
+                        "hitcost: [{pass}/{}] {:<30} {:>12} ns/call  ({} calls)",
+                        settings.runs,
+                        describe(row),
+                        fmt_ns(m.ns_per_call()),
+                        row.hits_per_run
+                    );
+                    row.samples.push(m.ns_per_call());
+                    row.rss_kb.push(m.rss_kb);
+                    row.strategy = m.strategy;
+                }
+                Err(f) => {
+                    eprintln!("hitcost: {}: {}", describe(row), f.reason());
+                    row.failure = Some(f);
+                }
+            }
+        }
+    }
+}
+
+/// The path of the libc.so.6 this process runs with.
+fn libc_path() -> Option<String> {
+    fs::read_to_string("/proc/self/maps")
+        .ok()?
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libc.so.6"))
+        .map(str::to_owned)
+}
+
+/// Writes the probe list for "every function of libc.so.6" and returns (path, count).
+fn libc_probe_file(engines: &Engines) -> Result<(String, usize), String> {
+    let libc = libc_path().ok_or("libc.so.6 not found in /proc/self/maps")?;
+    let data = fs::read(&libc).map_err(|e| format!("{libc}: {e}"))?;
+    let names = elf::exported_functions(&data).map_err(|e| format!("{libc}: {e}"))?;
+    let list: String = names.iter().map(|n| format!("libc.so.6:{n}\n")).collect();
+    let path = engines.scratch.join("libc-probes.txt");
+    fs::write(&path, list).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((path.display().to_string(), names.len()))
+}
+
+/// How one start-up row runs `hitloop idle`.
+enum Launch {
+    /// The program alone.
+    Plain,
+    /// Under uprobe-run with bench_handler.so and these parameters; `true`: `--no-optimize`.
+    UprobeRun(Vec<(&'static str, String)>, bool),
+    /// Not at all (the row carries why).
+    Never,
+}
+
+fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
+    let new_row =
+        |label: String| StartupRow { label, samples_ms: Vec::new(), rss_kb: Vec::new(), handler: None, failure: None };
+    // With a trap-free path, registration does more work (decoding whole functions): the
+    // largest sets are also timed with int3 only.
+    let int3_too = engines.uprobe_run.as_ref().is_ok_and(|u| u.no_optimize);
+    let mut configs = vec![
+        (new_row("program alone".into()), Launch::Plain),
+        (new_row("uprobe-run, no probe".into()), Launch::UprobeRun(vec![], false)),
+    ];
+    for n in [1, 100, GENERATED_FUNCTIONS] {
+        let label = format!("uprobe-run, {n} probe{}", if n == 1 { "" } else { "s" });
+        let params = vec![("probes", n.to_string())];
+        if n == GENERATED_FUNCTIONS && int3_too {
+            configs.push((new_row(format!("{label}, --no-optimize")), Launch::UprobeRun(params.clone(), true)));
+        }
+        configs.push((new_row(label), Launch::UprobeRun(params, false)));
+    }
+    match libc_probe_file(engines) {
+        Ok((path, count)) => {
+            let label = format!("uprobe-run, libc.so.6: {count} probes");
+            let params = vec![("probe_file", path)];
+            if int3_too {
+                configs.push((new_row(format!("{label}, --no-optimize")), Launch::UprobeRun(params.clone(), true)));
+            }
+            configs.push((new_row(label), Launch::UprobeRun(params, false)));
+        }
+        Err(e) => {
+            let mut row = new_row("uprobe-run, libc.so.6: every function".into());
+            row.failure = Some(Failure::Unavailable(e));
+            configs.push((row, Launch::Never));
+        }
+    }
+    let stdout = engines.scratch.join("run.stdout");
+    for pass in 1..=settings.runs {
+        for (row, launch) in configs.iter_mut() {
+            if row.failure.is_some() {
+                continue;
+            }
+            let result = match launch {
+                Launch::Never => continue,
+                Launch::Plain => plain::run_idle(&engines.fixture, &stdout).map(|(wall, m)| (wall, m.rss_kb, None)),
+                Launch::UprobeRun(params, no_optimize) => match &engines.uprobe_run {
+                    Err(e) => Err(Failure::Unavailable(e.clone())),
+                    Ok(u) => u
+                        .run_idle(&engines.fixture, params, *no_optimize, &engines.scratch)
+                        .map(|r| (r.wall, r.rss_kb, Some(r.handler))),
+                },
+            };
+            match result {
+                Ok((wall, rss, handler)) => {
+                    let ms = wall.as_secs_f64() * 1e3;
+                    eprintln!("hitcost: [{pass}/{}] start-up {:<38} {ms:>9.2} ms", settings.runs, row.label);
+                    row.samples_ms.push(ms);
+                    row.rss_kb.push(rss);
+                    row.handler = handler;
+                }
+                Err(f) => {
+                    eprintln!("hitcost: start-up {}: {}", row.label, f.reason());
+                    row.failure = Some(f);
+                }
+            }
+        }
+    }
+    configs.into_iter().map(|(row, _)| row).collect()
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs bench targets without it,
+    // and a test run is no place for minutes of measurements.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("hitcost: measures only under `cargo bench --bench hitcost`; nothing to test");
+        return;
+    }
+    let settings = Settings::from_env();
+    let machine = Machine::probe();
+    let paths = Paths::discover();
+    eprintln!("hitcost: building the fixture into {}", paths.fixtures.display());
+    let fixture = match fixture::build(&paths) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("hitcost: {e}");
+            std::process::exit(1);
+        }
+    };
+    let skip_build = std::env::var_os("HITCOST_NO_BUILD").is_some_and(|v| v != "0" && !v.is_empty());
+    let uprobe_run = UprobeRun::prepare(&paths, &fixture, skip_build);
+    if let Err(e) = &uprobe_run {
+        eprintln!("hitcost: uprobe-run rows unavailable: {e}");
+    }
+    let engines = Engines { scratch: paths.fixtures.clone(), fixture, uprobe_run, kernel: KernelProbes::discover() };
+
+    let mut rows = plan(&settings);
+    measure(&engines, &mut rows, &settings);
+    let startup = if settings.wanted("startup") { measure_startup(&engines, &settings) } else { Vec::new() };
+
+    let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup };
+    print!("{}", report.table());
+    let json_path = paths.target.join("hitcost.json");
+    let svg_path = paths.target.join("hitcost.svg");
+    for (path, text) in [(&json_path, report.to_json().pretty()), (&svg_path, report.svg())] {
+        match fs::write(path, text) {
+            Ok(()) => println!("wrote {}", path.display()),
+            Err(e) => eprintln!("hitcost: cannot write {}: {e}", path.display()),
+        }
+    }
+}

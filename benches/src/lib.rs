@@ -1,0 +1,25 @@
+//! The hitcost benchmark: what one probe hit costs under uprobe-run, under ptrace-based
+//! breakpoint engines, under kernel uprobes, and with no probe at all, on the same fixture.
+//!
+//! The bench entry point (`benches/hitcost.rs`) plans the rows, runs them and reports.
+//! Module map:
+//! - [`fixture`]: building the C fixture and handler library with gcc, and where things live;
+//! - [`elf`]: symbol addresses and file offsets read from ELF files (pure);
+//! - [`decode`]: the tiny x86-64 decoder the out-of-line ptrace engine relocates with (pure);
+//! - [`engines`]: one module per way of running the fixture (none and sigtrap, uprobe-run,
+//!   ptrace, kernel);
+//! - [`stats`]: medians and run sizes; [`report`]: the table, JSON and SVG; [`machine`]: what
+//!   the numbers were measured on;
+//! - [`sys`]: the only module that calls the kernel directly (fork/exec, wait, ptrace,
+//!   perf_event_open, CPU affinity); everything else is safe code.
+#![deny(unsafe_code)]
+
+pub mod decode;
+pub mod elf;
+pub mod engines;
+pub mod fixture;
+pub mod json;
+pub mod machine;
+pub mod report;
+pub mod stats;
+pub mod sys;
