@@ -24,6 +24,7 @@ Config file: one directive per line, `#` starts a comment line:
   output PATH         like --output
   no-optimize         like --no-optimize
   verbose             like --verbose
+  full-vector-state   like --full-vector-state
   follow-exec         like --follow-exec (also `option follow-exec`)
   no-follow-fork      like --no-follow-fork (also `option no-follow-fork`)
 Config entries come before command-line ones; --output overrides `output`.
@@ -56,6 +57,11 @@ pub struct Cli {
     /// Say, for each registered probe, the strategy chosen (jump or int3) and why not a jump.
     #[arg(short, long)]
     pub verbose: bool,
+
+    /// Make jump probes and return probes save the whole vector state (XSAVE) around
+    /// handlers, not only xmm0-15: for programs that keep AVX values live across calls.
+    #[arg(long)]
+    pub full_vector_state: bool,
 
     /// Run programs that the program execs with the runtime and the same handlers too
     /// (default: they run without it, as kernel uprobes are dropped on exec).

@@ -49,6 +49,7 @@ fn run() -> Result<Infallible, Error> {
     let flags = [
         (cli.no_optimize, "no-optimize"),
         (cli.verbose, "verbose"),
+        (cli.full_vector_state, "full-vector-state"),
         (cli.follow_exec, "follow-exec"),
         (cli.no_follow_fork, "no-follow-fork"),
     ];

@@ -3,7 +3,7 @@
 use crate::spec::{self, Spec};
 use std::sync::atomic::Ordering;
 
-use crate::{api, disable, dl, fds, fork, handlers, output, patch, registry, signals, sys, trap};
+use crate::{api, disable, dl, fds, fork, handlers, output, patch, registry, signals, sys, trap, vector};
 
 #[used]
 #[link_section = ".init_array"]
@@ -70,6 +70,9 @@ extern "C" fn init() {
     api::set_params(&spec.params);
     registry::OPTIMIZE.store(!spec.options.no_optimize, Ordering::Relaxed);
     registry::VERBOSE.store(spec.options.verbose, Ordering::Relaxed);
+    if spec.options.full_vector_state && !vector::save_full_state() {
+        output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));
+    }
     patch::init();
     registry::init_readers();
     fork::init(spec.options.no_follow_fork);

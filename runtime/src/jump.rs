@@ -306,6 +306,8 @@ core::arch::global_asm!(
     ".size uprobe_jump_common, . - uprobe_jump_common",
     ".popsection",
     jump_hit = sym jump_hit,
+    vector_area = sym crate::vector::AREA_SIZE,
+    vector_mask = sym crate::vector::MASK,
 );
 
 extern "C" {

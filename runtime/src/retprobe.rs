@@ -279,6 +279,8 @@ core::arch::global_asm!(
     ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
     ".popsection",
     return_hit = sym return_hit,
+    vector_area = sym crate::vector::AREA_SIZE,
+    vector_mask = sym crate::vector::MASK,
 );
 
 // Interposed functions that read or discard return addresses.

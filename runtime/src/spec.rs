@@ -28,6 +28,8 @@ pub struct Options {
     pub no_optimize: bool,
     /// `verbose`: each registration says the strategy chosen and why not a jump.
     pub verbose: bool,
+    /// `full-vector-state`: jump stubs and the return trampoline save the whole vector state.
+    pub full_vector_state: bool,
     /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
     /// exec'd program knows it was not started by uprobe-run directly.
     pub followed_exec: bool,
@@ -67,6 +69,7 @@ impl Spec {
                     "followed-exec" => spec.options.followed_exec = true,
                     "no-optimize" => spec.options.no_optimize = true,
                     "verbose" => spec.options.verbose = true,
+                    "full-vector-state" => spec.options.full_vector_state = true,
                     _ => return Err(SpecError::UnknownOption(value.into())),
                 },
                 _ => return Err(SpecError::UnknownKey(key.into())),

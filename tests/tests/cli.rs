@@ -181,7 +181,7 @@ fn config_file_names_handlers_and_parameters() {
     assert_refused(
         &out,
         &format!(
-            "uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, follow-exec, no-follow-fork)",
+            "uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork)",
             config.display()
         ),
     );

@@ -61,6 +61,21 @@ fn registers_are_preserved_and_strategies_reported() {
 }
 
 #[test]
+fn full_vector_state_keeps_ymm_registers_a_handler_writes() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if !cpuinfo.split_whitespace().any(|f| f == "avx2") {
+        eprintln!("SKIPPED: this processor has no AVX2, which the fixture and the handler use");
+        return;
+    }
+    let prog = jump_probe();
+    let clobber = test_handler("ymm_clobber");
+    let run =
+        run_uprobe(&["--full-vector-state", "--handlers", clobber.to_str().unwrap(), prog.to_str().unwrap(), "ymm"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout, "ymmcheck: ok\nymmcheck: ok\nymmcheck: ok\n", "{}", run.output);
+}
+
+#[test]
 fn function_entries_of_every_insn_count_exactly() {
     let prog = gcc("every_insn", &["fixtures/every_insn.s"], &[]);
     let plain = run_plain(&prog, &[]);
