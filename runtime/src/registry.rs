@@ -307,12 +307,11 @@ fn publish(pp: &ProbePoint, probes: Vec<Consumer>) {
 
 fn current_probes(pp: &ProbePoint) -> Vec<Consumer> {
     let p = pp.consumers.load(Ordering::SeqCst);
-    // SAFETY: lists are only freed under the registry lock, which the caller holds.
     if p.is_null() {
-        Vec::new()
-    } else {
-        unsafe { (*p).probes.clone() }
+        return Vec::new();
     }
+    // SAFETY: lists are only freed under the registry lock, which the caller holds.
+    unsafe { (*p).probes.clone() }
 }
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
