@@ -895,11 +895,6 @@ pub fn unregister(consumer: Consumer) {
     drop(st);
 }
 
-/// The address a registered probe object was placed at.
-pub fn address_of(u: *mut Uprobe) -> Option<usize> {
-    state().registered.get(&(u as usize)).copied()
-}
-
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
 pub fn symbolize(addr: usize) -> Option<String> {
     state().symbolize(addr)

@@ -36,18 +36,6 @@ pub fn in_handler() -> bool {
     thread::current().busy.get()
 }
 
-/// Marks the thread busy; returns whether it already was (then nothing may run handlers).
-pub fn enter_busy() -> bool {
-    thread::current().busy.replace(true)
-}
-
-/// Ends what [`enter_busy`] started.
-pub fn leave_busy(nested: bool) {
-    if !nested {
-        thread::current().busy.set(false);
-    }
-}
-
 /// Installs the SIGTRAP handler.
 pub fn install() -> Result<(), sys::Errno> {
     // SAFETY: a zeroed sigaction is a valid starting point; we fill in handler, flags and an
