@@ -182,9 +182,9 @@ pub fn init_readers() {
         SLOT_TAKEN[slot].store(false, Ordering::Release);
     }
     let mut key: libc::pthread_key_t = 0;
-    // SAFETY: pthread_key_create writes the key; `release` has the destructor's signature.
     // The key is made first thing at start-up, so it is one of the few a thread descriptor
-    // holds inline and setting it never allocates.
+    // holds inline, and setting it never allocates.
+    // SAFETY: pthread_key_create writes the key; `release` has the destructor's signature.
     if unsafe { libc::pthread_key_create(&mut key, Some(release)) } != 0 {
         return;
     }

@@ -274,9 +274,9 @@ pub fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
 fn run_consumers(pp: &ProbePoint, consumers: &registry::Consumers, regs: &mut PtRegs, t: &ThreadState) {
     for &consumer in &consumers.probes {
         let outer = t.handling.replace(consumer.key());
-        // SAFETY: each entry is a registered probe object, which the C ABI keeps valid until
-        // unregister returns, and unregister waits for the caller's read-side section; the
-        // handlers are the user's functions with the documented signatures.
+        // Each entry is a registered probe object, which the C ABI keeps valid until unregister
+        // returns, and unregister waits for the caller's read-side section.
+        // SAFETY: valid objects (above); handlers have the documented signatures.
         unsafe {
             match consumer {
                 Consumer::Uprobe(u) => {

@@ -126,24 +126,14 @@ pub fn int3_only() -> bool {
 
 /// Runs `uprobe-run ARGS` with `-o` pointing to a fresh file, and collects everything.
 pub fn run_uprobe(args: &[&str]) -> Run {
-    let out = tempfile("out");
-    let output = Command::new(uprobe_run())
-        .args(int3_only().then_some("--no-optimize"))
-        .arg("-o")
-        .arg(&out)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run uprobe-run");
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let _ = std::fs::remove_file(&out);
-    finish(output, text)
+    run_uprobe_env(args, &[])
 }
 
 /// Like [`run_uprobe`], with extra environment variables for uprobe-run and the program.
 pub fn run_uprobe_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = tempfile("out");
     let output = Command::new(uprobe_run())
+        .args(int3_only().then_some("--no-optimize"))
         .arg("-o")
         .arg(&out)
         .args(args)

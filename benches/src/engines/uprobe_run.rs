@@ -4,7 +4,8 @@
 //! the default strategy and exists only once that switch does.
 
 use super::{
-    check_hits, describe_exit, fixture_args, key_values, parse_report, run_command, Engine, Failure, Job, Measurement,
+    check_hits, describe_exit, fixture_args, key_values, parse_report, run_command, Engine, Failure, Finished, Job,
+    Measurement,
 };
 use crate::fixture::{Fixture, Paths};
 use std::fs;
@@ -194,17 +195,7 @@ impl UprobeRun {
             .arg("--")
             .arg(&fixture.program)
             .args(fixture_args(job));
-        let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
-        let report = fs::read_to_string(&output).unwrap_or_default();
-        if let Some(line) = report.lines().find_map(|l| l.strip_prefix("error=")) {
-            return Err(Failure::Unavailable(explain_handler_error(line)));
-        }
-        if !finished.status.success() {
-            return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
-        }
-        let counts = HandlerReport::parse(&report).ok_or_else(|| {
-            Failure::Invalid(format!("bench_handler printed no counts (output: {:?})", report.trim()))
-        })?;
+        let (finished, report, counts) = run_with_handler(&mut cmd, &output, scratch)?;
         let expected = job.hits * u64::from(job.threads);
         if job.kind.has_entry() {
             check_hits("entry handler", counts.entries, expected)?;
@@ -235,20 +226,31 @@ impl UprobeRun {
             cmd.arg("--param").arg(format!("{name}={value}"));
         }
         cmd.arg("--").arg(&fixture.program).arg("idle");
-        let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
-        let report = fs::read_to_string(&output).unwrap_or_default();
-        if let Some(line) = report.lines().find_map(|l| l.strip_prefix("error=")) {
-            return Err(Failure::Unavailable(explain_handler_error(line)));
-        }
-        if !finished.status.success() {
-            return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
-        }
-        let handler = HandlerReport::parse(&report).ok_or_else(|| {
-            Failure::Invalid(format!("bench_handler printed no counts (output: {:?})", report.trim()))
-        })?;
+        let (finished, _, handler) = run_with_handler(&mut cmd, &output, scratch)?;
         let m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
         Ok(IdleRun { wall: finished.wall, rss_kb: m.rss_kb, handler })
     }
+}
+
+/// Runs `cmd` (uprobe-run with bench_handler writing to `output`) and reads the handler's
+/// report: a registration error makes the row unavailable; a failed run or a report without
+/// counts makes it invalid.
+fn run_with_handler(
+    cmd: &mut Command,
+    output: &Path,
+    scratch: &Path,
+) -> Result<(Finished, String, HandlerReport), Failure> {
+    let finished = run_command(cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
+    let report = fs::read_to_string(output).unwrap_or_default();
+    if let Some(line) = report.lines().find_map(|l| l.strip_prefix("error=")) {
+        return Err(Failure::Unavailable(explain_handler_error(line)));
+    }
+    if !finished.status.success() {
+        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
+    }
+    let counts = HandlerReport::parse(&report)
+        .ok_or_else(|| Failure::Invalid(format!("bench_handler printed no counts (output: {:?})", report.trim())))?;
+    Ok((finished, report, counts))
 }
 
 #[cfg(test)]

@@ -107,10 +107,9 @@ impl<T> Probe<T> {
 
 /// The C handler of every `Probe<T>`. Signal context.
 extern "C" fn trampoline<T>(u: *mut Uprobe, regs: *mut PtRegs) {
-    // SAFETY: the runtime calls this only for probes registered through `Probe::register`,
-    // whose `Uprobe` is the first field of a `#[repr(C)] Probe<T>` (UnsafeCell is
-    // repr(transparent)); `regs` is the thread's register frame, valid and exclusive for the
-    // duration of the call.
+    // The runtime calls this only for probes registered through `Probe::register`, whose
+    // `Uprobe` is the first field of a `#[repr(C)] Probe<T>` (UnsafeCell is transparent).
+    // SAFETY: so the cast is sound; `regs` is the thread's frame, exclusive for the call.
     let (probe, regs) = unsafe { (&*(u as *const Probe<T>), &mut *regs) };
     (probe.on_hit)(probe, regs);
 }
