@@ -63,6 +63,11 @@ pub struct Cli {
     #[arg(long)]
     pub full_vector_state: bool,
 
+    /// Print the runtime's own counters at exit: time spent placing probes, the system calls
+    /// it made for that, reads of the address space, and traps it took itself.
+    #[arg(long)]
+    pub stats: bool,
+
     /// Run programs that the program execs with the runtime and the same handlers too
     /// (default: they run without it, as kernel uprobes are dropped on exec).
     #[arg(long)]

@@ -50,6 +50,7 @@ fn run() -> Result<Infallible, Error> {
         (cli.no_optimize, "no-optimize"),
         (cli.verbose, "verbose"),
         (cli.full_vector_state, "full-vector-state"),
+        (cli.stats, "stats"),
         (cli.follow_exec, "follow-exec"),
         (cli.no_follow_fork, "no-follow-fork"),
     ];

@@ -2,156 +2,25 @@
 //!
 //! `uprobe-run` preloads this library into the probed program. Its constructor reads the run's
 //! specification, loads the handler libraries and calls their `uprobe_init`; they register
-//! probes through the C ABI in `include/uprobe.h`. A probe replaces the first byte of the probed
-//! instruction with `int3`; the SIGTRAP handler ([`trap`]) runs the handlers with the registers
-//! as a `struct pt_regs`, then emulates the displaced instruction in the signal context or
-//! resumes in an out-of-line copy of it ([`ssol`]). Nothing single-steps.
+//! probes through the C ABI in `include/uprobe.h`. A probe replaces the first instruction(s)
+//! of its site by a jump to a per-probe stub (trap-free, at function entries where the code
+//! allows it) or by `int3`; either way the handlers run with the registers as a
+//! `struct pt_regs`, and the displaced instruction runs emulated or out of line. Nothing
+//! single-steps.
 //!
-//! Where things live:
-//! - [`decode`]: instruction boundaries, the plan for a displaced instruction, relocation (pure);
-//! - [`emulate`]: executing a planned instruction on a register file (pure);
-//! - [`trap`]: the SIGTRAP handler, i.e. the hit path of `int3` probes;
-//! - [`jump`]: trap-free probes: the jump, its stub and the safety analysis;
-//! - [`registry`]: the probe table (lock-free on the hit path) and (un)registration;
-//! - [`patch`], [`ssol`]: writing live text and out-of-line slots;
-//! - [`resolve`], [`maps`]: symbols of the loaded ELF modules and the address space;
-//! - [`retprobe`]: return probes: the per-thread return stack, the trampoline, unwinders;
-//! - [`api`]: the exported C functions; [`handlers`]: loading handler libraries;
-//! - [`printf`], [`output`]: `uprobe_printf` and the run's output; [`fds`]: keeping its
-//!   descriptor open in programs that close every descriptor;
-//! - [`spec`]: what `uprobe-run` passes in the environment;
-//! - [`thread`]: the runtime's per-thread state;
-//! - [`signals`], [`faults`]: the program's own signal actions and masks (interposed), and a
-//!   handler that faults; [`interpose`]: finding the functions interposers stand in for;
-//! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
-//! - [`fork`], [`disable`]: children of `fork`, and processes where the runtime must stay off;
-//! - [`vector`]: how much vector state the jump path and the return trampoline save;
-//! - [`alloc`]: the runtime's own allocator, usable from signal context;
-//! - [`sys`]: every raw syscall the runtime makes.
+//! The crate is layered; each folder imports only from the ones listed after it:
+//! - [`api`]: the face: the exported C API, handler libraries, start-up;
+//! - [`hazard`]: the process around us: signals, fork, dlopen, descriptors, unwinders;
+//! - [`probe`]: the probe core: table, placement batches, hit dispatch, return probes;
+//! - [`insn`]: instruction work: decoding, emulation, jumps and stubs, the patch protocol;
+//! - [`base`]: system calls, the allocator, the output, ELF symbols, the run's spec.
 #![deny(unsafe_code)]
 
-/// Assembly shared by the jump stubs' common code and the return trampoline: a
-/// `struct pt_regs` built on the stack (its address left in %rbx, which the call preserves),
-/// the vector registers saved below it, and the way back. The invoking `global_asm!` names
-/// `vector_area`: 0 to save xmm0-15 with plain moves (what a handler built for x86-64 may
-/// change), or the size of an XSAVE area for the whole vector state (`--full-vector-state`).
-/// The flags come back without popfq, which costs more than the rest of the restore: OF by an
-/// addition that overflows exactly when it was set, then the others with sahf (DF is clear at
-/// function entries and returns, as the ABI has it).
-macro_rules! save_pt_regs_asm {
-    () => {
-        concat!(
-            "push 0\n", // ss
-            "push 0\n", // rsp
-            "pushfq\n",
-            "push 0\n",  // cs
-            "push 0\n",  // rip
-            "push -1\n", // orig_rax
-            "push rdi\n push rsi\n push rdx\n push rcx\n push rax\n",
-            "push r8\n push r9\n push r10\n push r11\n",
-            "push rbx\n push rbp\n push r12\n push r13\n push r14\n push r15\n",
-            "mov rbx, rsp\n",
-            "mov rax, qword ptr [rip + {vector_area}]\n",
-            "test rax, rax\n jnz 71f\n",
-            "sub rsp, 256\n and rsp, -16\n",
-            "movaps [rsp], xmm0\n movaps [rsp + 16], xmm1\n movaps [rsp + 32], xmm2\n",
-            "movaps [rsp + 48], xmm3\n movaps [rsp + 64], xmm4\n movaps [rsp + 80], xmm5\n",
-            "movaps [rsp + 96], xmm6\n movaps [rsp + 112], xmm7\n movaps [rsp + 128], xmm8\n",
-            "movaps [rsp + 144], xmm9\n movaps [rsp + 160], xmm10\n movaps [rsp + 176], xmm11\n",
-            "movaps [rsp + 192], xmm12\n movaps [rsp + 208], xmm13\n movaps [rsp + 224], xmm14\n",
-            "movaps [rsp + 240], xmm15\n",
-            "jmp 72f\n",
-            "71:\n",
-            "sub rsp, rax\n and rsp, -64\n",
-            // XRSTOR wants the header's reserved bytes zero; XSAVE does not write them all.
-            "xor eax, eax\n",
-            "mov [rsp + 512], rax\n mov [rsp + 520], rax\n mov [rsp + 528], rax\n mov [rsp + 536], rax\n",
-            "mov [rsp + 544], rax\n mov [rsp + 552], rax\n mov [rsp + 560], rax\n mov [rsp + 568], rax\n",
-            "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
-            "xsave64 [rsp]\n",
-            "72:\n",
-            "cld\n",
-        )
-    };
-}
-
-/// The way back from [`save_pt_regs_asm`], leaving %rsp where it was before the first push.
-macro_rules! restore_pt_regs_asm {
-    () => {
-        concat!(
-            "cmp qword ptr [rip + {vector_area}], 0\n jnz 73f\n",
-            "movaps xmm0, [rsp]\n movaps xmm1, [rsp + 16]\n movaps xmm2, [rsp + 32]\n",
-            "movaps xmm3, [rsp + 48]\n movaps xmm4, [rsp + 64]\n movaps xmm5, [rsp + 80]\n",
-            "movaps xmm6, [rsp + 96]\n movaps xmm7, [rsp + 112]\n movaps xmm8, [rsp + 128]\n",
-            "movaps xmm9, [rsp + 144]\n movaps xmm10, [rsp + 160]\n movaps xmm11, [rsp + 176]\n",
-            "movaps xmm12, [rsp + 192]\n movaps xmm13, [rsp + 208]\n movaps xmm14, [rsp + 224]\n",
-            "movaps xmm15, [rsp + 240]\n",
-            "jmp 74f\n",
-            "73:\n",
-            "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
-            "xrstor64 [rsp]\n",
-            "74:\n",
-            "mov rsp, rbx\n",
-            "pop r15\n pop r14\n pop r13\n pop r12\n pop rbp\n pop rbx\n",
-            "pop r11\n pop r10\n pop r9\n pop r8\n",
-            "mov al, byte ptr [rsp + 65]\n", // OF is bit 3 of the flags' second byte
-            "and al, 8\n shl al, 4\n add al, 0x80\n",
-            "mov ah, byte ptr [rsp + 64]\n sahf\n",
-            "pop rax\n pop rcx\n pop rdx\n pop rsi\n pop rdi\n",
-            "lea rsp, [rsp + 48]\n", // orig_rax, rip, cs, eflags, rsp, ss; lea keeps the flags
-        )
-    };
-}
-
-pub mod abi;
-#[allow(unsafe_code)]
-pub mod alloc;
-#[allow(unsafe_code)]
 pub mod api;
-pub mod decode;
-pub mod disable;
-#[allow(unsafe_code)]
-pub mod dl;
-pub mod emulate;
-#[allow(unsafe_code)]
-pub mod faults;
-#[allow(unsafe_code)]
-pub mod fds;
-#[allow(unsafe_code)]
-pub mod fork;
-#[allow(unsafe_code)]
-pub mod handlers;
-#[allow(unsafe_code)]
-mod init;
-#[allow(unsafe_code)]
-pub mod interpose;
-#[allow(unsafe_code)]
-pub mod jump;
-pub mod maps;
-#[allow(unsafe_code)]
-pub mod output;
-#[allow(unsafe_code)]
-pub mod patch;
-#[allow(unsafe_code)]
-pub mod printf;
-#[allow(unsafe_code)]
-pub mod registry;
-pub mod resolve;
-#[allow(unsafe_code)]
-pub mod retprobe;
-#[allow(unsafe_code)]
-pub mod signals;
-pub mod spec;
-#[allow(unsafe_code)]
-pub mod ssol;
-#[allow(unsafe_code)]
-pub mod sys;
-#[allow(unsafe_code)]
-pub mod thread;
-#[allow(unsafe_code)]
-pub mod trap;
-#[allow(unsafe_code)]
-pub mod vector;
+pub mod base;
+pub mod hazard;
+pub mod insn;
+pub mod probe;
 
 #[global_allocator]
-static ALLOCATOR: alloc::RuntimeAlloc = alloc::RuntimeAlloc;
+static ALLOCATOR: base::alloc::RuntimeAlloc = base::alloc::RuntimeAlloc;

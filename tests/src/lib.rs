@@ -210,3 +210,53 @@ pub fn count_table(run: &Run) -> Vec<(String, u64)> {
         })
         .collect()
 }
+
+/// A file listing the defined function symbols of the system library `module` (from
+/// `nm -D`), one a line, and how many there are: the input of the `coverage` test handler.
+pub fn function_list(module: &str) -> (PathBuf, usize) {
+    let path = format!("/lib/x86_64-linux-gnu/{module}");
+    let out = Command::new("nm").args(["-D", "--defined-only", &path]).output().expect("run nm");
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && matches!(f[1], "T" | "t" | "i" | "W")).then(|| f[2].split('@').next().unwrap().to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    let list = tempfile("functions");
+    std::fs::write(&list, names.join("\n")).unwrap();
+    (list, names.len())
+}
+
+/// The runtime's `--stats` line of a run.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Stats {
+    pub placement_ms: f64,
+    pub batches: u64,
+    pub points: u64,
+    pub jumps: u64,
+    pub syscalls: u64,
+    pub maps_reads: u64,
+    pub traps_in_runtime: u64,
+}
+
+/// Parses the `uprobe-run: stats: ...` line of a run made with `--stats`.
+pub fn stats(run: &Run) -> Stats {
+    let line =
+        run.lines_with("uprobe-run: stats: ").pop().unwrap_or_else(|| panic!("no stats line in:\n{}", run.output));
+    let number_after = |key: &str| -> f64 {
+        let at = line.find(key).unwrap_or_else(|| panic!("no {key:?} in {line}")) + key.len();
+        line[at..].trim_start().split(|c: char| !c.is_ascii_digit() && c != '.').next().unwrap().parse().unwrap()
+    };
+    Stats {
+        placement_ms: number_after("placement "),
+        batches: number_after("ms in ") as u64,
+        points: number_after("batches, ") as u64,
+        jumps: number_after("armed (") as u64,
+        syscalls: number_after("syscalls ") as u64,
+        maps_reads: number_after("maps reads ") as u64,
+        traps_in_runtime: number_after("SIGTRAPs in the runtime ") as u64,
+    }
+}

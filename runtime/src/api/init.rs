@@ -1,0 +1,114 @@
+//! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
+
+use std::sync::atomic::Ordering;
+
+use crate::api::{exports, handlers};
+use crate::base::spec::{self, Spec};
+use crate::base::{disable, output, stats, sys};
+use crate::hazard::{dl, fds, fork, signals, sigtrap};
+use crate::insn::{patch, vector};
+use crate::probe::{dispatch, place, rcu, registry};
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Exit status of a run stopped before `main` by the runtime.
+const EXIT_SETUP_FAILED: i32 = 127;
+
+fn fail(line: &str) -> ! {
+    let _ = sys::write_all(2, format!("uprobe-run: {line}\n").as_bytes());
+    sys::exit_now(EXIT_SETUP_FAILED)
+}
+
+/// This library's own path, as the dynamic loader knows it.
+fn own_path() -> String {
+    // SAFETY: dladdr fills `info` for an address inside a loaded object; dli_fname is a C
+    // string owned by the loader.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(init as *const libc::c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            return core::ffi::CStr::from_ptr(info.dli_fname).to_string_lossy().into_owned();
+        }
+    }
+    "libuprobe.so".into()
+}
+
+/// Takes the runtime out of the environment the program (and what it execs) sees.
+fn scrub_environment() {
+    std::env::remove_var(spec::ENV_SPEC);
+    if let Ok(preload) = std::env::var("LD_PRELOAD") {
+        match spec::preload_without(&preload, &own_path()) {
+            rest if rest.is_empty() => std::env::remove_var("LD_PRELOAD"),
+            rest => std::env::set_var("LD_PRELOAD", rest),
+        }
+    }
+}
+
+/// Leaves the runtime in the environment for the programs this one execs (`--follow-exec`),
+/// marking the specification so that they know they were exec'd.
+fn pass_on_environment(text: &str, spec: &Spec) {
+    if !spec.options.followed_exec {
+        std::env::set_var(spec::ENV_SPEC, format!("{text}\n{}", spec::FOLLOWED_RECORD));
+    }
+}
+
+/// The program's path, for messages.
+fn program_path() -> String {
+    sys::readlink(c"/proc/self/exe").unwrap_or_else(|_| "this program".into())
+}
+
+extern "C" fn init() {
+    // Preloaded by something other than uprobe-run: stay inert.
+    let Ok(text) = std::env::var(spec::ENV_SPEC) else {
+        return;
+    };
+    let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
+    if spec.options.follow_exec {
+        pass_on_environment(&text, &spec);
+    } else {
+        scrub_environment();
+    }
+    output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
+    fds::init();
+    exports::set_params(&spec.params);
+    place::OPTIMIZE.store(!spec.options.no_optimize, Ordering::Relaxed);
+    place::JUMP_ENTRY.store(dispatch::jump_common_entry(), Ordering::Relaxed);
+    registry::VERBOSE.store(spec.options.verbose, Ordering::Relaxed);
+    stats::PRINT.store(spec.options.stats, Ordering::Relaxed);
+    if spec.options.full_vector_state && !vector::save_full_state() {
+        output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));
+    }
+    patch::init();
+    rcu::init_readers();
+    fork::init(spec.options.no_follow_fork);
+    signals::init();
+    dl::init();
+    if let Err(errno) = sigtrap::install() {
+        fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
+    }
+    // SAFETY: run_exits is an extern "C" fn() that stays loaded until the process ends.
+    unsafe { libc::atexit(handlers::run_exits) };
+    if !spec.handlers.is_empty() && registry::main_is_go() {
+        output::message(format_args!(
+            "{} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work",
+            program_path()
+        ));
+    }
+    for path in &spec.handlers {
+        if let Err(line) = handlers::load(path) {
+            // Fail open: the runtime said once that it is off, the program runs unprobed.
+            if disable::reason() == Some(disable::Reason::WriteXorExecute) {
+                continue;
+            }
+            // A program reached by a followed exec is not the one the user pointed
+            // uprobe-run at: what does not apply to it is reported, not fatal.
+            if spec.options.followed_exec {
+                output::message(format_args!("{line}; {} (exec'd) runs without it", program_path()));
+                continue;
+            }
+            output::flush();
+            fail(&line);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The face of the runtime: the exported C API of `include/uprobe.h`, loading the handler
+//! libraries, and start-up.
+//!
+//! - [`exports`]: `register_uprobe` and the other C functions; [`printf`]: `uprobe_printf`;
+//! - [`handlers`]: handler libraries, their `uprobe_init` (one placement batch each) and
+//!   `uprobe_exit`;
+//! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`.
+//!
+//! Context: normal (start-up, the program's calls), or a handler for the C functions.
+
+#[allow(unsafe_code)]
+pub mod exports;
+#[allow(unsafe_code)]
+pub mod handlers;
+#[allow(unsafe_code)]
+mod init;
+#[allow(unsafe_code)]
+pub mod printf;

@@ -1,0 +1,29 @@
+//! The bottom layer: what every other part stands on, knowing nothing of probes.
+//!
+//! - [`sys`]: every system call the runtime makes, raw and counted; [`lock`]: its mutex;
+//! - [`alloc`]: the runtime's own allocator, usable in signal context;
+//! - [`memfns`]: `memcpy` and friends for the runtime's own code, so it never calls libc's;
+//! - [`output`]: the run's output (whole lines, one `write` each);
+//! - [`maps`], [`elf`]: the address space and ELF symbol tables (parsing is pure);
+//! - [`spec`]: what `uprobe-run` passes in the environment; [`abi`]: the `repr(C)` types of
+//!   `include/uprobe.h`;
+//! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters.
+//!
+//! Context: each function says whether it is signal-safe; parsing code is pure.
+
+pub mod abi;
+#[allow(unsafe_code)]
+pub mod alloc;
+pub mod disable;
+pub mod elf;
+#[allow(unsafe_code)]
+pub mod lock;
+pub mod maps;
+#[allow(unsafe_code)]
+pub mod memfns;
+#[allow(unsafe_code)]
+pub mod output;
+pub mod spec;
+pub mod stats;
+#[allow(unsafe_code)]
+pub mod sys;

@@ -1,0 +1,174 @@
+//! The run's output: stderr as it was at start-up, or the `-o` file.
+//!
+//! Signal-safe: whole lines are written with one `write(2)` each from a per-thread line
+//! buffer, so lines of different threads and processes never interleave mid-line.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::base::sys;
+
+static FD: AtomicI32 = AtomicI32::new(2);
+const LINE_MAX: usize = 4096;
+/// The lowest descriptor number the runtime's output takes, out of the way of programs that
+/// expect the next open() to return a small number.
+const FD_FLOOR: i32 = 100;
+
+struct LineBuf {
+    bytes: [u8; LINE_MAX],
+    len: usize,
+}
+
+thread_local! {
+    static PENDING: RefCell<LineBuf> = const { RefCell::new(LineBuf { bytes: [0; LINE_MAX], len: 0 }) };
+}
+
+/// Opens the output: appends to `path`, or duplicates stderr.
+pub fn init(path: Option<&str>) -> Result<(), String> {
+    let fd = match path {
+        Some(p) => {
+            let c = std::ffi::CString::new(p).map_err(|_| format!("{p}: bad path"))?;
+            sys::open_append(&c).map_err(|e| format!("{p}: {}", std::io::Error::from_raw_os_error(e)))?
+        }
+        None => sys::dup_at_least(2, 0).unwrap_or(-1),
+    };
+    match sys::dup_at_least(fd, FD_FLOOR) {
+        Ok(high) => {
+            sys::close(fd);
+            FD.store(high, Ordering::Relaxed);
+        }
+        Err(_) if fd >= 0 => FD.store(fd, Ordering::Relaxed),
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// Uses `fd` (already open, close-on-exec, out of the program's way) as the output.
+pub fn set_fd(fd: i32) {
+    FD.store(fd, Ordering::Relaxed);
+}
+
+/// The output's descriptor (signal-safe).
+pub fn fd() -> i32 {
+    FD.load(Ordering::Relaxed)
+}
+
+/// Moves the output to another descriptor number, out of the way of a `dup2` onto it.
+pub fn move_fd() {
+    if let Ok(new) = sys::dup_at_least(fd(), FD_FLOOR) {
+        FD.store(new, Ordering::Relaxed);
+    }
+}
+
+fn write_out(bytes: &[u8]) {
+    // Output that cannot be written is dropped: the program must go on.
+    let _ = sys::write_all(FD.load(Ordering::Relaxed), bytes);
+}
+
+/// Appends `bytes` to this thread's line and writes every completed line (signal-safe).
+pub fn emit(bytes: &[u8]) {
+    PENDING.with(|cell| {
+        let Ok(mut line) = cell.try_borrow_mut() else {
+            // Re-entered on this thread (a signal interrupted an emit): write straight through.
+            write_out(bytes);
+            return;
+        };
+        for &b in bytes {
+            if line.len == LINE_MAX {
+                let len = line.len;
+                write_out(&line.bytes[..len]);
+                line.len = 0;
+            }
+            let len = line.len;
+            line.bytes[len] = b;
+            line.len += 1;
+            if b == b'\n' {
+                write_out(&line.bytes[..len + 1]);
+                line.len = 0;
+            }
+        }
+    });
+}
+
+/// Writes this thread's unfinished line, if any.
+pub fn flush() {
+    PENDING.with(|cell| {
+        if let Ok(mut line) = cell.try_borrow_mut() {
+            let len = line.len;
+            if len > 0 {
+                write_out(&line.bytes[..len]);
+                line.len = 0;
+            }
+        }
+    });
+}
+
+/// A fixed-size line for the runtime's own messages (no allocation).
+pub struct Line {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl Line {
+    pub fn new() -> Line {
+        Line { bytes: [0; 512], len: 0 }
+    }
+
+    pub fn push(&mut self, s: &[u8]) {
+        let n = s.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line::new()
+    }
+}
+
+impl core::fmt::Write for Line {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Writes `uprobe-run: <message>` as one line (set-up time).
+pub fn message(args: core::fmt::Arguments) {
+    use core::fmt::Write;
+    let mut line = Line::new();
+    let _ = write!(line, "uprobe-run: {args}");
+    line.push(b"\n");
+    emit(line.as_bytes());
+}
+
+/// Writes a fixed message followed by an address in hex (signal-safe).
+pub fn message_fixed(text: &[u8], addr: usize) {
+    let mut line = Line::new();
+    line.push(text);
+    let mut hex = [0u8; 18];
+    hex[..2].copy_from_slice(b"0x");
+    for i in 0..16 {
+        hex[2 + i] = b"0123456789abcdef"[(addr >> (60 - 4 * i)) & 0xf];
+    }
+    line.push(&hex);
+    line.push(b"\n");
+    emit(line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_truncates_instead_of_overflowing() {
+        let mut l = Line::new();
+        l.push(&[b'a'; 600]);
+        assert_eq!(l.as_bytes().len(), 512);
+    }
+}

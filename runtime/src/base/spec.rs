@@ -1,0 +1,137 @@
+//! What `uprobe-run` passes to the runtime: the `UPROBE_RUN_SPEC` environment variable,
+//! newline-separated `KEY<TAB>VALUE` records.
+
+use thiserror::Error;
+
+pub const ENV_SPEC: &str = "UPROBE_RUN_SPEC";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spec {
+    /// Handler libraries, in command-line order.
+    pub handlers: Vec<String>,
+    /// `--param NAME=VALUE` pairs; a later one with the same name wins.
+    pub params: Vec<(String, String)>,
+    /// Where the runtime writes; None is stderr.
+    pub output: Option<String>,
+    /// `option<TAB>NAME` records.
+    pub options: Options,
+}
+
+/// Behaviour switches, each an `option<TAB>NAME` record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `follow-exec`: programs the process execs run with the runtime and the same handlers.
+    pub follow_exec: bool,
+    /// `no-follow-fork`: a forked child gets its text back without probes.
+    pub no_follow_fork: bool,
+    /// `no-optimize`: every probe keeps its `int3` (no jump probes).
+    pub no_optimize: bool,
+    /// `verbose`: each registration says the strategy chosen and why not a jump.
+    pub verbose: bool,
+    /// `full-vector-state`: jump stubs and the return trampoline save the whole vector state.
+    pub full_vector_state: bool,
+    /// `stats`: print the runtime's counters (placement time, system calls, traps) at exit.
+    pub stats: bool,
+    /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
+    /// exec'd program knows it was not started by uprobe-run directly.
+    pub followed_exec: bool,
+}
+
+/// The record the runtime adds to the specification it passes to exec'd programs.
+pub const FOLLOWED_RECORD: &str = "option\tfollowed-exec";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error("record {0:?} has no tab between key and value")]
+    NoTab(String),
+    #[error("param record {0:?} has no '='")]
+    ParamWithoutValue(String),
+    #[error("unknown record key {0:?}")]
+    UnknownKey(String),
+    #[error("unknown option {0:?}")]
+    UnknownOption(String),
+}
+
+impl Spec {
+    pub fn parse(text: &str) -> Result<Spec, SpecError> {
+        let mut spec = Spec::default();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let (key, value) = line.split_once('\t').ok_or_else(|| SpecError::NoTab(line.into()))?;
+            match key {
+                "handlers" => spec.handlers.push(value.into()),
+                "param" => {
+                    let (name, v) = value.split_once('=').ok_or_else(|| SpecError::ParamWithoutValue(value.into()))?;
+                    spec.params.retain(|(n, _)| n != name);
+                    spec.params.push((name.into(), v.into()));
+                }
+                "output" => spec.output = Some(value.into()),
+                "option" => match value {
+                    "follow-exec" => spec.options.follow_exec = true,
+                    "no-follow-fork" => spec.options.no_follow_fork = true,
+                    "followed-exec" => spec.options.followed_exec = true,
+                    "no-optimize" => spec.options.no_optimize = true,
+                    "verbose" => spec.options.verbose = true,
+                    "full-vector-state" => spec.options.full_vector_state = true,
+                    "stats" => spec.options.stats = true,
+                    _ => return Err(SpecError::UnknownOption(value.into())),
+                },
+                _ => return Err(SpecError::UnknownKey(key.into())),
+            }
+        }
+        Ok(spec)
+    }
+
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `LD_PRELOAD` without the entries that name `lib` (by path or file name).
+pub fn preload_without(preload: &str, lib: &str) -> String {
+    let base = lib.rsplit('/').next().unwrap_or(lib);
+    preload
+        .split([':', ' '])
+        .filter(|e| !e.is_empty() && *e != lib && e.rsplit('/').next() != Some(base))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_records_in_order() {
+        let s = Spec::parse("handlers\t/a.so\nparam\tv=1\nhandlers\t/b.so\nparam\tv=2=3\noutput\t/o\n").unwrap();
+        assert_eq!(s.handlers, ["/a.so", "/b.so"]);
+        assert_eq!(s.param("v"), Some("2=3"));
+        assert_eq!(s.output.as_deref(), Some("/o"));
+        assert_eq!(s.param("w"), None);
+        assert_eq!(s.options, Options::default());
+    }
+
+    #[test]
+    fn parses_options() {
+        let s = Spec::parse("option\tfollow-exec\noption\tno-follow-fork\n").unwrap();
+        assert_eq!(s.options, Options { follow_exec: true, no_follow_fork: true, ..Options::default() });
+        let s = Spec::parse("option\tno-optimize\noption\tverbose\n").unwrap();
+        assert!(s.options.no_optimize && s.options.verbose && !s.options.follow_exec);
+        let s = Spec::parse(&format!("option\tfollow-exec\n{FOLLOWED_RECORD}")).unwrap();
+        assert!(s.options.followed_exec);
+        assert_eq!(Spec::parse("option\tfollow-fork"), Err(SpecError::UnknownOption("follow-fork".into())));
+    }
+
+    #[test]
+    fn rejects_malformed_records() {
+        assert_eq!(Spec::parse("handlers /a.so"), Err(SpecError::NoTab("handlers /a.so".into())));
+        assert_eq!(Spec::parse("param\tv"), Err(SpecError::ParamWithoutValue("v".into())));
+        assert_eq!(Spec::parse("x\ty"), Err(SpecError::UnknownKey("x".into())));
+    }
+
+    #[test]
+    fn removes_only_our_preload_entry() {
+        assert_eq!(preload_without("/x/libuprobe.so", "/x/libuprobe.so"), "");
+        assert_eq!(preload_without("/u/a.so:/x/libuprobe.so", "/x/libuprobe.so"), "/u/a.so");
+        assert_eq!(preload_without("/u/a.so /y/libuprobe.so b.so", "/x/libuprobe.so"), "/u/a.so:b.so");
+    }
+}

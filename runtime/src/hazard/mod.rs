@@ -1,0 +1,32 @@
+//! The process around the runtime: what a program does that an in-process runtime must
+//! survive, and the interposed libc functions that let it.
+//!
+//! - [`sigtrap`]: the SIGTRAP entry point (probe hits go to `probe::dispatch`, the program's
+//!   own traps to what it installed);
+//! - [`signals`], [`faults`]: the program's signal actions and masks (interposed), and a
+//!   handler that faults;
+//! - [`fork`]: the runtime's locks and counters across `fork`, and `--no-follow-fork`;
+//! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
+//! - [`fds`]: keeping the output's descriptor in programs that close every descriptor;
+//! - [`unwind`]: the unwinder, `backtrace` and `pthread_exit` meeting return-probed frames;
+//! - [`interpose`]: finding the functions the interposers stand in for.
+//!
+//! Context: the interposers run as the program's own calls (normal context, or the program's
+//! signal handlers); `sigtrap`, `signals::foreign_trap` and the fault handler run in signal
+//! context and keep to the async-signal-safe subset.
+
+#[allow(unsafe_code)]
+pub mod dl;
+pub mod faults;
+#[allow(unsafe_code)]
+pub mod fds;
+#[allow(unsafe_code)]
+pub mod fork;
+#[allow(unsafe_code)]
+pub mod interpose;
+#[allow(unsafe_code)]
+pub mod signals;
+#[allow(unsafe_code)]
+pub mod sigtrap;
+#[allow(unsafe_code)]
+pub mod unwind;

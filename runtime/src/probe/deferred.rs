@@ -1,0 +1,212 @@
+//! Registration requests, carried out at once or, when made from inside a handler, queued on
+//! the calling thread and carried out once the probe point's handlers have run (still on the
+//! hit path, so without `malloc`: the runtime allocates from its own allocator). A queued
+//! request is carried out only when the thread is not inside the runtime, so the registry's
+//! lock and the allocator are never re-entered; `registration_callback` reports its result.
+//!
+//! Context: normal, or the end of a hit (signal or stub context) for queued requests.
+
+use core::ffi::c_int;
+use std::cell::Cell;
+use std::ffi::CStr;
+
+use crate::base::abi::{Uprobe, UPTY_UPROBE, UPTY_URETPROBE};
+use crate::base::{disable, output};
+use crate::probe::error::RegisterError;
+use crate::probe::table::Consumer;
+use crate::probe::{owners, registry, thread};
+
+#[derive(Clone, Copy)]
+pub enum Request {
+    Register(Consumer),
+    Unregister(Consumer),
+}
+
+const QUEUE_LEN: usize = 32;
+
+thread_local! {
+    /// Requests queued by handlers on this thread; `ThreadState::queued` counts them.
+    static QUEUE: [Cell<Option<Request>>; QUEUE_LEN] = const { [const { Cell::new(None) }; QUEUE_LEN] };
+}
+
+/// Marks the calling thread as inside the runtime for its lifetime: probe hits meanwhile run
+/// no handler.
+pub struct Inside;
+
+impl Inside {
+    pub fn enter() -> Inside {
+        let t = thread::current();
+        t.depth.set(t.depth.get() + 1);
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let t = thread::current();
+        t.depth.set(t.depth.get() - 1);
+        run_deferred();
+    }
+}
+
+/// Runs `f` marked as inside the runtime (probe hits on the way run no handler).
+pub fn inside<R>(f: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
+    f()
+}
+
+/// Runs a handler library's entry point `f` (`uprobe_init`, `uprobe_exit`): probe hits on
+/// the way run no handler.
+pub fn entry_point<R>(f: impl FnOnce() -> R) -> R {
+    let t = thread::current();
+    t.entry.set(t.entry.get() + 1);
+    let result = f();
+    t.entry.set(t.entry.get() - 1);
+    run_deferred();
+    result
+}
+
+/// Runs `f` with a placement batch open (see `registry`): what it registers is written when
+/// it returns. Probes whose bytes could not be written are reported (or switch the runtime
+/// off, where the process refuses writable code).
+pub fn batch<R>(f: impl FnOnce() -> R) -> R {
+    let opened = registry::open_batch();
+    let result = f();
+    if opened {
+        for (consumer, e) in registry::close_batch() {
+            if e.refuses_writable_code() {
+                disable_for_wx(&e);
+            } else {
+                report(consumer, &e);
+            }
+        }
+    }
+    result
+}
+
+/// Carries out `request` now, or queues it when the thread is running a handler. Returns
+/// what `register_uprobe` returns (0 for unregistration).
+pub fn request(request: Request) -> c_int {
+    if thread::in_handler() {
+        return queue(request);
+    }
+    let _inside = Inside::enter();
+    carry_out(request)
+}
+
+fn queue(request: Request) -> c_int {
+    let n = &thread::current().queued;
+    let i = n.get();
+    if i == QUEUE_LEN {
+        return -libc::EAGAIN;
+    }
+    QUEUE.with(|q| q[i].set(Some(request)));
+    n.set(i + 1);
+    -libc::EINPROGRESS
+}
+
+fn carry_out(request: Request) -> c_int {
+    match request {
+        Request::Register(c) => register(c),
+        Request::Unregister(c) => {
+            registry::unregister(c);
+            0
+        }
+    }
+}
+
+/// Carries out the requests handlers queued on this thread, when it is safe to (see the
+/// module doc); signal-safe as far as the registry is.
+pub fn run_deferred() {
+    let t = thread::current();
+    if t.depth.get() != 0 || t.entry.get() != 0 || t.busy.get() || t.queued.get() == 0 {
+        return;
+    }
+    let _inside = Inside::enter();
+    let mut i = 0;
+    while i < t.queued.get() {
+        let request = QUEUE.with(|q| q[i].take());
+        i += 1;
+        let Some(request) = request else { continue };
+        let result = carry_out(request);
+        let (consumer, reg) = match request {
+            Request::Register(c) => (c, 1),
+            Request::Unregister(c) => (c, 0),
+        };
+        let (u, kind) = match consumer {
+            Consumer::Uprobe(u) => (u, UPTY_UPROBE),
+            Consumer::Uretprobe(rp) => (rp.cast::<Uprobe>(), UPTY_URETPROBE),
+        };
+        // SAFETY: `u` is the caller's probe object, valid per the C ABI; the callback is the
+        // user's function with the documented signature.
+        unsafe {
+            if let Some(callback) = (*u).registration_callback {
+                callback(u, reg, kind, result);
+            }
+        }
+    }
+    t.queued.set(0);
+}
+
+/// Registers `consumer`: 0 or the negative errno, the reason said on the run's output.
+fn register(consumer: Consumer) -> c_int {
+    if disable::reason().is_some() {
+        return -libc::EPERM;
+    }
+    // SAFETY: the object came through register_uprobe/register_uretprobe, whose contract keeps
+    // it valid while registered.
+    match unsafe { registry::register(consumer) } {
+        Ok(addr) => {
+            if addr != 0 {
+                owners::describe(
+                    consumer.key(),
+                    addr,
+                    registry::symbolize(addr).as_deref(),
+                    consumer.handler_address(),
+                );
+            }
+            0
+        }
+        Err(e) if e.refuses_writable_code() => {
+            disable_for_wx(&e);
+            -libc::EPERM
+        }
+        Err(e) => {
+            report(consumer, &e);
+            e.errno()
+        }
+    }
+}
+
+/// Switches the runtime off in a process that refuses writable code, saying so once.
+pub fn disable_for_wx(e: &RegisterError) {
+    if disable::disable(disable::Reason::WriteXorExecute) {
+        output::message(format_args!(
+            "this process refuses to make its code writable ({e}; W^X, as with PR_SET_MDWE): the runtime is disabled and the program runs unprobed"
+        ));
+    }
+}
+
+fn describe(u: &Uprobe) -> String {
+    if u.symbol_name.is_null() {
+        format!("{:#x}", u.vaddr)
+    } else {
+        // SAFETY: symbol_name is a C string when set (C ABI).
+        let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy();
+        if u.offset == 0 {
+            name.into_owned()
+        } else {
+            format!("{name}+{:#x}", u.offset)
+        }
+    }
+}
+
+/// Says why a registration failed, on the run's output.
+pub fn report(consumer: Consumer, e: &RegisterError) {
+    if *e == RegisterError::AlreadyRegistered {
+        return;
+    }
+    let call = if consumer.is_return() { "register_uretprobe" } else { "register_uprobe" };
+    // SAFETY: the object is non-null and valid (checked by the caller, C ABI).
+    output::message(format_args!("{call}({}): {e}", describe(unsafe { &*consumer.placement() })));
+}

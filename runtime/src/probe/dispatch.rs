@@ -1,0 +1,301 @@
+//! Hit dispatch: what a probe hit does, for both ways a hit arrives.
+//!
+//! - Through a trap ([`on_trap`], SIGNAL CONTEXT): the `int3` of a probe point raised SIGTRAP;
+//!   the hazards layer's SIGTRAP handler hands the interrupted registers here. Everything
+//!   reachable from it may have interrupted any code of the program, including `malloc` or a
+//!   lock holder: it never allocates, never takes a lock, and touches only memory prepared
+//!   before the probe was armed. The displaced instruction is then emulated on the saved
+//!   context or resumed in its out-of-line slot: the thread never single-steps.
+//! - Through a jump probe's stub ([`uprobe_jump_common`], normal thread context): the stub
+//!   saved the registers into a `struct pt_regs` and calls [`jump_hit`].
+//!
+//! Either way the thread is marked busy before anything that may be probed runs (see
+//! `thread`); a hit on a busy thread, or on a thread inside the runtime, runs no handler and
+//! counts as missed.
+
+use std::sync::atomic::Ordering;
+
+use iced_x86::Register;
+
+use crate::base::abi::PtRegs;
+use crate::base::{stats, sys};
+use crate::insn::decode::Plan;
+use crate::insn::emulate::{self, Cpu};
+use crate::insn::stub;
+use crate::probe::table::{self, Consumer, Consumers, ProbePoint};
+use crate::probe::thread::{self, ThreadState};
+use crate::probe::{deferred, rcu, retprobe};
+
+/// The general registers of a signal frame.
+pub type Gregs = [libc::greg_t; 23];
+
+const fn greg(reg: Register) -> usize {
+    (match reg {
+        Register::R8 => libc::REG_R8,
+        Register::R9 => libc::REG_R9,
+        Register::R10 => libc::REG_R10,
+        Register::R11 => libc::REG_R11,
+        Register::R12 => libc::REG_R12,
+        Register::R13 => libc::REG_R13,
+        Register::R14 => libc::REG_R14,
+        Register::R15 => libc::REG_R15,
+        Register::RDI => libc::REG_RDI,
+        Register::RSI => libc::REG_RSI,
+        Register::RBP => libc::REG_RBP,
+        Register::RBX => libc::REG_RBX,
+        Register::RDX => libc::REG_RDX,
+        Register::RAX => libc::REG_RAX,
+        Register::RCX => libc::REG_RCX,
+        Register::RSP => libc::REG_RSP,
+        _ => libc::REG_RIP,
+    }) as usize
+}
+
+/// The interrupted thread's registers, as the signal frame holds them.
+struct SignalCpu<'a> {
+    gregs: &'a mut Gregs,
+}
+
+impl Cpu for SignalCpu<'_> {
+    fn reg(&self, reg: Register) -> u64 {
+        self.gregs[greg(reg)] as u64
+    }
+    fn set_reg(&mut self, reg: Register, value: u64) {
+        self.gregs[greg(reg)] = value as i64;
+    }
+    fn flags(&self) -> u64 {
+        self.gregs[libc::REG_EFL as usize] as u64
+    }
+    fn set_flags(&mut self, value: u64) {
+        self.gregs[libc::REG_EFL as usize] = value as i64;
+    }
+    fn set_rip(&mut self, value: u64) {
+        self.gregs[libc::REG_RIP as usize] = value as i64;
+    }
+    fn segment_base(&self, seg: Register) -> u64 {
+        // The handler runs on the interrupted thread, whose segment bases are still loaded.
+        if seg == Register::FS {
+            sys::fs_base()
+        } else {
+            sys::gs_base()
+        }
+    }
+    fn read_u64(&self, addr: u64) -> u64 {
+        // SAFETY: the emulated instruction reads this address itself (its stack or its
+        // operand); had it been invalid, the instruction would have faulted the same way.
+        unsafe { core::ptr::read_unaligned(addr as *const u64) }
+    }
+    fn write_u64(&mut self, addr: u64, value: u64) {
+        // SAFETY: only pushes write, just below the interrupted stack pointer; the kernel put
+        // the signal frame below the red zone, so this does not touch it.
+        unsafe { core::ptr::write_unaligned(addr as *mut u64, value) }
+    }
+}
+
+fn regs_from(g: &Gregs, probe_addr: usize) -> PtRegs {
+    let r = |i: i32| g[i as usize] as u64;
+    let csgsfs = r(libc::REG_CSGSFS);
+    PtRegs {
+        r15: r(libc::REG_R15),
+        r14: r(libc::REG_R14),
+        r13: r(libc::REG_R13),
+        r12: r(libc::REG_R12),
+        rbp: r(libc::REG_RBP),
+        rbx: r(libc::REG_RBX),
+        r11: r(libc::REG_R11),
+        r10: r(libc::REG_R10),
+        r9: r(libc::REG_R9),
+        r8: r(libc::REG_R8),
+        rax: r(libc::REG_RAX),
+        rcx: r(libc::REG_RCX),
+        rdx: r(libc::REG_RDX),
+        rsi: r(libc::REG_RSI),
+        rdi: r(libc::REG_RDI),
+        orig_rax: u64::MAX,
+        rip: probe_addr as u64,
+        cs: csgsfs & 0xffff,
+        eflags: r(libc::REG_EFL),
+        rsp: r(libc::REG_RSP),
+        ss: (csgsfs >> 48) & 0xffff,
+    }
+}
+
+fn regs_into(regs: &PtRegs, g: &mut Gregs) {
+    let mut w = |i: i32, v: u64| g[i as usize] = v as i64;
+    w(libc::REG_R15, regs.r15);
+    w(libc::REG_R14, regs.r14);
+    w(libc::REG_R13, regs.r13);
+    w(libc::REG_R12, regs.r12);
+    w(libc::REG_RBP, regs.rbp);
+    w(libc::REG_RBX, regs.rbx);
+    w(libc::REG_R11, regs.r11);
+    w(libc::REG_R10, regs.r10);
+    w(libc::REG_R9, regs.r9);
+    w(libc::REG_R8, regs.r8);
+    w(libc::REG_RAX, regs.rax);
+    w(libc::REG_RCX, regs.rcx);
+    w(libc::REG_RDX, regs.rdx);
+    w(libc::REG_RSI, regs.rsi);
+    w(libc::REG_RDI, regs.rdi);
+    w(libc::REG_EFL, regs.eflags);
+    w(libc::REG_RSP, regs.rsp);
+}
+
+/// Executes the instruction displaced by the probe at `pp`: on the context, or out of line;
+/// while a jump is being written or taken out there, the whole patched range runs from the
+/// jump's stub instead.
+fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
+    if pp.tail_patched.load(Ordering::SeqCst) {
+        if let Ok(prep) = &pp.jump {
+            gregs[libc::REG_RIP as usize] = (prep.stub + stub::BODY_OFFSET) as i64;
+            return;
+        }
+    }
+    match pp.plan {
+        Plan::Emulate(e) => emulate::execute(&e, &mut SignalCpu { gregs }, (pp.addr + pp.len) as u64),
+        Plan::OutOfLine => gregs[libc::REG_RIP as usize] = pp.slot as i64,
+    }
+}
+
+/// A trap at `addr` (the `int3` just executed), with the interrupted registers `gregs`:
+/// handles it and returns true when `addr` is a probe point (signal context).
+pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
+    let Some(pp) = table::lookup(addr) else {
+        return false;
+    };
+    // Decided before anything else runs: everything below may call probed libc code.
+    let t = thread::current();
+    if t.quiet() {
+        if t.depth.get() != 0 {
+            stats::TRAPS_IN_RUNTIME.add(1);
+        }
+        pp.missed.fetch_add(1, Ordering::Relaxed);
+        run_displaced(pp, gregs);
+        return true;
+    }
+    t.busy.set(true);
+    let saved_errno = t.errno();
+    let was_in_signal = t.in_signal.replace(true);
+    let epoch = rcu::read_lock(t);
+    let consumers = pp.consumers.load(Ordering::SeqCst);
+    if consumers.is_null() {
+        rcu::read_unlock(epoch);
+        run_displaced(pp, gregs);
+    } else {
+        let mut regs = regs_from(gregs, pp.addr);
+        // SAFETY: the list stays allocated until our read-side section ends.
+        run_consumers(pp, unsafe { &*consumers }, &mut regs, t);
+        rcu::read_unlock(epoch);
+        regs_into(&regs, gregs);
+        if regs.rip as usize == pp.addr {
+            run_displaced(pp, gregs);
+        } else {
+            gregs[libc::REG_RIP as usize] = regs.rip as i64;
+        }
+    }
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        deferred::run_deferred();
+    }
+    t.in_signal.set(was_in_signal);
+    t.set_errno(saved_errno);
+    true
+}
+
+/// A hit through a jump probe's stub (normal context): runs the handlers on `regs` and gives
+/// the address to resume at: `resume` (the relocated instructions), or where a handler sent
+/// the thread.
+fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
+    regs.rip = pp.addr as u64;
+    let t = thread::current();
+    if t.quiet() {
+        pp.missed.fetch_add(1, Ordering::Relaxed);
+        return resume;
+    }
+    t.busy.set(true);
+    let saved_errno = t.errno();
+    let epoch = rcu::read_lock(t);
+    let consumers = pp.consumers.load(Ordering::SeqCst);
+    if !consumers.is_null() {
+        // SAFETY: as in `on_trap`.
+        run_consumers(pp, unsafe { &*consumers }, regs, t);
+    }
+    rcu::read_unlock(epoch);
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        deferred::run_deferred();
+    }
+    t.set_errno(saved_errno);
+    if regs.rip as usize == pp.addr {
+        resume
+    } else {
+        regs.rip as usize
+    }
+}
+
+/// Calls the handlers of `consumers` in registration order (busy, in a read-side section),
+/// each with the thread marked as running that probe's handler (see `owners`).
+fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState) {
+    for &consumer in &consumers.probes {
+        let outer = t.handling.replace(consumer.key());
+        // Each entry is a registered probe object, which the C ABI keeps valid until unregister
+        // returns, and unregister waits for the caller's read-side section.
+        // SAFETY: valid objects (above); handlers have the documented signatures.
+        unsafe {
+            match consumer {
+                Consumer::Uprobe(u) => {
+                    if let Some(handler) = (*u).handler {
+                        handler(u, regs);
+                    }
+                }
+                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs),
+            }
+        }
+        t.handling.set(outer);
+    }
+}
+
+/// Called by the common stub code with the registers it saved; runs the handlers of the probe
+/// point and gives the address to resume at (normal context).
+extern "C" fn jump_hit(regs: &mut PtRegs) -> usize {
+    // The common code pushed 21 registers below the stub's return address and its context
+    // word, the probe point.
+    let frame = regs as *mut PtRegs as usize + 21 * 8;
+    // SAFETY: the stub left its return address and the probe point's address there.
+    let (resume, pp) = unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
+    regs.rsp = (frame + 16 + 128) as u64;
+    regs.cs = 0x33;
+    regs.ss = 0x2b;
+    // SAFETY: the stub was built for this probe point, which is never freed.
+    let pp = unsafe { &*(pp as *const ProbePoint) };
+    direct_hit(pp, regs, resume)
+}
+
+core::arch::global_asm!(
+    ".pushsection .text.uprobe_jump_common,\"ax\",@progbits",
+    ".globl uprobe_jump_common",
+    ".hidden uprobe_jump_common",
+    ".type uprobe_jump_common,@function",
+    ".p2align 4",
+    "uprobe_jump_common:",
+    crate::insn::frame::save_pt_regs!(),
+    "mov rdi, rbx",
+    "call {jump_hit}",
+    "mov qword ptr [rbx + 168], rax",
+    crate::insn::frame::restore_pt_regs!(),
+    "ret 136",     // to the resume address; drops the probe point and the red zone
+    ".size uprobe_jump_common, . - uprobe_jump_common",
+    ".popsection",
+    jump_hit = sym jump_hit,
+    vector_area = sym crate::insn::vector::AREA_SIZE,
+    vector_mask = sym crate::insn::vector::MASK,
+);
+
+extern "C" {
+    fn uprobe_jump_common();
+}
+
+/// The address jump stubs call.
+pub fn jump_common_entry() -> u64 {
+    uprobe_jump_common as *const () as u64
+}

@@ -1,0 +1,88 @@
+//! Why a registration failed, with what a user needs to fix it, and the errno it returns.
+
+use thiserror::Error;
+
+use crate::base::elf;
+use crate::insn::decode::{BoundaryError, PlanError};
+use crate::insn::patch;
+use crate::probe::ssol::SlotError;
+
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum RegisterError {
+    #[error("pid {0} is not this process ({1})")]
+    OtherProcess(i32, i32),
+    #[error("this probe object is already registered")]
+    AlreadyRegistered,
+    #[error("neither vaddr nor symbol_name is set")]
+    NoAddress,
+    #[error("symbol {0:?} not found in any loaded module")]
+    UnknownSymbol(String),
+    #[error("module {module:?} is not loaded (symbol {symbol:?})")]
+    UnknownModule { module: String, symbol: String },
+    #[error("bad probe specification {0:?}: {1}")]
+    BadSpec(String, elf::SpecError),
+    #[error("{0:#x} is not in executable code")]
+    NotCode(usize),
+    #[error("{0:#x} is in {1}, which the kernel does not let a process patch")]
+    KernelPage(usize, String),
+    #[error("{0:#x} is {1}, which the runtime's hit path itself calls")]
+    UsedByHitPath(usize, &'static str),
+    #[error("{0:#x} is inside the runtime itself")]
+    InRuntime(usize),
+    #[error("{addr:#x} is not an instruction boundary of {function}: {source}")]
+    NotBoundary { addr: usize, function: String, source: BoundaryError },
+    #[error("{0:#x} does not decode as an instruction")]
+    Undecodable(usize),
+    #[error("{0:#x} holds a breakpoint that is not ours")]
+    ForeignBreakpoint(usize),
+    #[error("the instruction at {addr:#x} cannot be probed: {source}")]
+    Unsupported { addr: usize, source: PlanError },
+    #[error("the instruction at {addr:#x} needs an out-of-line slot: {source}")]
+    Slot { addr: usize, source: SlotError },
+    #[error("cannot patch {addr:#x}: {source}")]
+    Patch { addr: usize, source: patch::PatchError },
+    #[error(
+        "{addr:#x} is not the first instruction of {function} (at {start:#x}): return probes go on a function's entry"
+    )]
+    NotEntry { addr: usize, function: String, start: usize },
+    #[error("return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks")]
+    GoProgram,
+    #[error("the probe table is full")]
+    TableFull,
+}
+
+impl RegisterError {
+    /// The negative errno `register_uprobe` returns for this error.
+    pub fn errno(&self) -> i32 {
+        use RegisterError::*;
+        -match self {
+            OtherProcess(..) => libc::ESRCH,
+            AlreadyRegistered => libc::EEXIST,
+            UnknownSymbol(_) | UnknownModule { .. } => libc::ENOENT,
+            ForeignBreakpoint(_) => libc::EBUSY,
+            Slot { .. } | TableFull => libc::ENOMEM,
+            GoProgram => libc::ENOTSUP,
+            Patch { source, .. } => source.errno,
+            NoAddress
+            | BadSpec(..)
+            | NotCode(_)
+            | KernelPage(..)
+            | InRuntime(_)
+            | UsedByHitPath(..)
+            | NotBoundary { .. }
+            | Undecodable(_)
+            | Unsupported { .. }
+            | NotEntry { .. } => libc::EINVAL,
+        }
+    }
+
+    /// Whether the registration failed because the process refuses writable code (W^X).
+    pub fn refuses_writable_code(&self) -> bool {
+        let errno = match self {
+            RegisterError::Patch { source, .. } => source.errno,
+            RegisterError::Slot { source: SlotError::Map { errno, .. }, .. } => *errno,
+            _ => return false,
+        };
+        errno == libc::EACCES || errno == libc::EPERM
+    }
+}

@@ -1,0 +1,46 @@
+//! The probe core: the probe table, placement, and what a hit does. Generic over what the
+//! probes are for: the C API, and any other front-end, registers consumers here.
+//!
+//! - [`table`]: probe points and their consumer lists (lock-free lookups);
+//! - [`rcu`]: read-side sections and grace periods around those lists;
+//! - [`thread`]: the runtime's per-thread state (busy, inside the runtime, return records);
+//! - [`registry`]: registration, pending probes, placement batches, fork and dlopen hooks;
+//! - [`place`]: checking and preparing a probe point, writing a batch of patches;
+//! - [`symbols`]: the address space and the symbols of the loaded modules;
+//! - [`ssol`]: out-of-line slots and stub memory;
+//! - [`dispatch`]: the hit paths, for a trap and for a jump probe's stub;
+//! - [`retprobe`]: return probes: entry and return hits, the trampoline;
+//! - [`returns`]: a thread's pending returns (records and instances);
+//! - [`deferred`]: registration requests, queued when made from a handler;
+//! - [`owners`]: which handler library owns a probe (for fault messages);
+//! - [`error`]: why a registration failed.
+//!
+//! Context: `dispatch`, `retprobe`'s entry and return paths and `rcu`'s read side run on the
+//! hit paths (signal or stub context, no allocation, no lock); the rest runs in normal
+//! context under the registry lock.
+
+#[allow(unsafe_code)]
+pub mod deferred;
+#[allow(unsafe_code)]
+pub mod dispatch;
+pub mod error;
+#[allow(unsafe_code)]
+pub mod owners;
+#[allow(unsafe_code)]
+pub mod place;
+#[allow(unsafe_code)]
+pub mod rcu;
+#[allow(unsafe_code)]
+pub mod registry;
+#[allow(unsafe_code)]
+pub mod retprobe;
+#[allow(unsafe_code)]
+pub mod returns;
+#[allow(unsafe_code)]
+pub mod ssol;
+#[allow(unsafe_code)]
+pub mod symbols;
+#[allow(unsafe_code)]
+pub mod table;
+#[allow(unsafe_code)]
+pub mod thread;

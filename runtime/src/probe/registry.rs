@@ -1,0 +1,502 @@
+//! Registration: which probe objects are registered where, which wait for their module, and
+//! the placement batch that writes them.
+//!
+//! Probes registered together are placed as one batch: everything a handler library's
+//! `uprobe_init` registers, the pending probes one `dlopen` arms, what one attach places. A
+//! registration in a batch is checked and prepared at once (its result and `vaddr` are
+//! final), and its bytes are written when the batch closes, all in one pass of the
+//! code-writing protocol (`place::write`). A registration outside a batch is a batch of one.
+//! A registration from a thread that does not own the open batch writes that batch first, so
+//! a probe is always in place when its `register_uprobe` returns to another thread.
+//!
+//! Normal context, under the registry lock; requests made from inside a handler reach here
+//! through `deferred`, after the handlers ran.
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::base::abi::{Uprobe, Uretprobe};
+use crate::base::elf;
+use crate::base::lock::{Mutex, MutexGuard};
+use crate::base::stats::{self, Syscalls};
+use crate::base::{output, sys};
+use crate::insn::patch::Session;
+use crate::probe::error::RegisterError;
+use crate::probe::place::{self, Change, Strategy, Target};
+use crate::probe::ssol::Slots;
+use crate::probe::symbols::View;
+use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
+
+/// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
+pub static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// The open placement batch.
+struct Batch {
+    /// The thread that opened it, and how many times it did; 0: none open.
+    owner: i32,
+    depth: u32,
+    /// Points waiting for their bytes.
+    points: Vec<&'static ProbePoint>,
+    /// `--verbose`: each registration's address and symbol, to say its strategy once written.
+    verbose: Vec<(usize, String)>,
+    /// When the batch's first registration started, and the syscall counts then.
+    started: Option<(u64, Syscalls)>,
+    /// The ranges made writable for it.
+    session: Session,
+    /// Consumer lists replaced while it was prepared, freed after one grace period.
+    retired: Retired,
+}
+
+impl Batch {
+    const fn new() -> Batch {
+        Batch {
+            owner: 0,
+            depth: 0,
+            points: Vec::new(),
+            verbose: Vec::new(),
+            started: None,
+            session: Session::new(),
+            retired: Retired::new(),
+        }
+    }
+}
+
+struct State {
+    /// Registered probe objects and their addresses.
+    registered: BTreeMap<usize, usize>,
+    /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
+    /// probe object; true for return probes.
+    pending: BTreeMap<usize, bool>,
+    view: View,
+    slots: Slots,
+    batch: Batch,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    registered: BTreeMap::new(),
+    pending: BTreeMap::new(),
+    view: View::new(),
+    slots: Slots::new(),
+    batch: Batch::new(),
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock()
+}
+
+/// Opens a placement batch on the calling thread (nesting counts); returns whether this
+/// thread owns the open batch. Another thread's open batch is not joined: this thread's
+/// registrations are then placed one by one.
+pub fn open_batch() -> bool {
+    let mut st = state();
+    let me = sys::gettid();
+    match st.batch.owner {
+        0 => {
+            st.batch.owner = me;
+            st.batch.depth = 1;
+            true
+        }
+        owner if owner == me => {
+            st.batch.depth += 1;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Closes a batch opened by [`open_batch`] (when it returned true); the outermost close
+/// writes it, and returns the probes whose bytes could not be written, with the reason.
+pub fn close_batch() -> Vec<(Consumer, RegisterError)> {
+    let mut st = state();
+    if st.batch.owner != sys::gettid() {
+        return Vec::new();
+    }
+    st.batch.depth -= 1;
+    if st.batch.depth > 0 {
+        return Vec::new();
+    }
+    st.batch.owner = 0;
+    flush(&mut st)
+}
+
+impl State {
+    /// Prepares a registration: writes another thread's open batch first, and starts the
+    /// clock of this one. Returns whether the caller owns an open batch (else it writes its
+    /// registration at once).
+    fn begin(&mut self) -> bool {
+        let me = sys::gettid();
+        if self.batch.owner != me && !self.batch.points.is_empty() {
+            flush(self);
+        }
+        if self.batch.started.is_none() {
+            self.batch.started = Some((sys::monotonic_ns(), Syscalls::now()));
+        }
+        self.batch.owner == me
+    }
+}
+
+/// Writes the points of the open batch; points whose bytes could not be written lose their
+/// probes, which are returned with the reason.
+fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
+    let points = core::mem::take(&mut st.batch.points);
+    let mut changes: Vec<Change> = points.iter().map(|&pp| Change::new(pp, Target::Armed)).collect();
+    let mut session = core::mem::take(&mut st.batch.session);
+    place::write(&mut changes, &mut session, &mut st.view, &mut st.slots);
+    let mut failed = Vec::new();
+    for c in &changes {
+        c.pp.queued.store(false, Ordering::SeqCst);
+        match &c.result {
+            Ok(strategy) => {
+                stats::POINTS_ARMED.add(1);
+                if *strategy == Strategy::Jump {
+                    stats::JUMPS_WRITTEN.add(1);
+                }
+            }
+            Err(source) => {
+                let probes = c.pp.probes();
+                for &consumer in &probes {
+                    st.registered.remove(&consumer.key());
+                    failed.push((consumer, RegisterError::Patch { addr: c.pp.addr, source: *source }));
+                }
+                c.pp.publish(Vec::new());
+            }
+        }
+    }
+    core::mem::take(&mut st.batch.retired).free();
+    if let Some((ns, calls)) = st.batch.started.take() {
+        stats::BATCHES.add(1);
+        stats::PLACEMENT_NS.add(sys::monotonic_ns().saturating_sub(ns));
+        stats::add_placement_syscalls(Syscalls::now().since(calls));
+    }
+    for (addr, name) in core::mem::take(&mut st.batch.verbose) {
+        let strategy = changes.iter().find(|c| c.pp.addr == addr).map(|c| &c.result);
+        let strategy =
+            strategy.cloned().unwrap_or_else(|| Ok(table::lookup(addr).map_or(Strategy::Original, place::strategy_of)));
+        match strategy {
+            Ok(Strategy::Jump) => output::message(format_args!("probe at {addr:#x} ({name}): jump")),
+            Ok(Strategy::Int3(why)) => output::message(format_args!("probe at {addr:#x} ({name}): int3 ({why})")),
+            Ok(Strategy::Original) | Err(_) => {}
+        }
+    }
+    failed
+}
+
+/// Where a probe object asks to be placed.
+enum Where {
+    Address(usize),
+    Symbol(String, u64),
+}
+
+fn target_of(u: &Uprobe) -> Result<Where, RegisterError> {
+    if !u.symbol_name.is_null() {
+        // SAFETY: the C ABI says symbol_name is a NUL-terminated string when set.
+        let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy().into_owned();
+        return Ok(Where::Symbol(name, u.offset));
+    }
+    if u.vaddr == 0 {
+        return Err(RegisterError::NoAddress);
+    }
+    Ok(Where::Address(u.vaddr as usize))
+}
+
+/// Registers a probe object (normal context, or the hit path on behalf of a handler).
+/// Returns the address it was placed at, or 0 for a probe waiting for its module.
+///
+/// # Safety
+/// The object must stay valid until it is unregistered.
+pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
+    // SAFETY: the caller passes a probe object that stays valid while registered (C ABI).
+    let probe = unsafe { &*consumer.placement() };
+    let me = sys::getpid();
+    if probe.pid != 0 && probe.pid != me {
+        return Err(RegisterError::OtherProcess(probe.pid, me));
+    }
+    let target = target_of(probe)?;
+    let mut st = state();
+    if st.registered.contains_key(&consumer.key()) || st.pending.contains_key(&consumer.key()) {
+        return Err(RegisterError::AlreadyRegistered);
+    }
+    if consumer.is_return() && st.view.main_is_go() {
+        return Err(RegisterError::GoProgram);
+    }
+    let batched = st.begin();
+    let placed = match target {
+        Where::Address(a) => Ok(Some(a)),
+        Where::Symbol(name, offset) => match elf::parse_spec(&name) {
+            Err(e) => Err(RegisterError::BadSpec(name.clone(), e)),
+            Ok(spec) => match st.view.resolve(&spec) {
+                // Armed when the module is loaded (`pending`); 0 says so to the caller.
+                Err(RegisterError::UnknownModule { .. }) => {
+                    st.pending.insert(consumer.key(), consumer.is_return());
+                    Ok(None)
+                }
+                resolved => resolved.map(|a| Some(a.wrapping_add(offset as usize))),
+            },
+        },
+    }
+    .and_then(|addr| match addr {
+        Some(addr) => place(&mut st, consumer, addr).map(|()| addr),
+        None => Ok(0),
+    });
+    if !batched {
+        if let Some((_, e)) = flush(&mut st).into_iter().find(|(c, _)| *c == consumer) {
+            return Err(e);
+        }
+    }
+    placed
+}
+
+/// Joins `consumer` to the point at `addr` (prepared now if needed), records it as
+/// registered, and queues the point's bytes in the batch.
+fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
+    if consumer.is_return() {
+        if let Some(f) = st.view.function_code(addr).filter(|f| f.start != addr) {
+            return Err(RegisterError::NotEntry { addr, function: f.name, start: f.start });
+        }
+    }
+    let executable = st.view.mapping(addr).is_some_and(|m| m.exec);
+    let live =
+        |pp: &&ProbePoint| executable && (pp.queued.load(Ordering::SeqCst) || (pp.is_armed() && place::is_written(pp)));
+    let pp = match table::lookup(addr).filter(live) {
+        Some(pp) => pp,
+        None => {
+            make_room_at(st, addr);
+            place::prepare(&mut st.view, &mut st.slots, addr)?
+        }
+    };
+    let upgradable = pp.jump.is_ok() && !pp.jump_active.load(Ordering::SeqCst);
+    let write = !pp.queued.load(Ordering::SeqCst) && (!place::is_written(pp) || upgradable);
+    if write {
+        let maps = st.view.maps(Some(addr));
+        place::open_for(&mut st.batch.session, &maps, addr).map_err(|source| RegisterError::Patch { addr, source })?;
+    }
+    let mut probes = pp.probes();
+    probes.push(consumer);
+    let old = pp.replace(probes);
+    st.batch.retired.add(old);
+    st.registered.insert(consumer.key(), addr);
+    // Like kprobes filling in `addr`: the object now says where it was placed.
+    // SAFETY: the object is valid (caller) and owned by the registry until unregistered.
+    unsafe { (*consumer.placement()).vaddr = addr as _ };
+    if VERBOSE.load(Ordering::Relaxed) {
+        let name = st.view.symbolize(addr).unwrap_or_default();
+        st.batch.verbose.push((addr, name));
+    }
+    if write {
+        pp.queued.store(true, Ordering::SeqCst);
+        st.batch.points.push(pp);
+    }
+    Ok(())
+}
+
+/// Takes out the active jump whose patched range holds `addr`, if any, so a probe can go
+/// there (its point keeps the `int3`).
+fn make_room_at(st: &mut State, addr: usize) {
+    for k in 1..MAX_PATCH {
+        let Some(pp) = addr.checked_sub(k).and_then(table::lookup) else { continue };
+        if matches!(&pp.jump, Ok(prep) if k < prep.patch_len) && pp.jump_active.load(Ordering::SeqCst) {
+            place::write(&mut [Change::new(pp, Target::Int3)], &mut Session::new(), &mut st.view, &mut st.slots);
+        }
+    }
+}
+
+/// Removes a probe object; when it was the last probe at its address, the original bytes go
+/// back. On return no handler of it is running or will run.
+pub fn unregister(consumer: Consumer) {
+    unregister_all(&[consumer]);
+}
+
+/// Removes several probe objects at once: one batch of writes, one grace period.
+pub fn unregister_all(consumers: &[Consumer]) {
+    let mut guard = state();
+    let st = &mut *guard;
+    if !st.batch.points.is_empty() {
+        flush(st);
+    }
+    let mut lists: BTreeMap<usize, Vec<Consumer>> = BTreeMap::new();
+    for &consumer in consumers {
+        if st.pending.remove(&consumer.key()).is_some() {
+            continue;
+        }
+        let Some(addr) = st.registered.remove(&consumer.key()) else { continue };
+        let Some(pp) = table::lookup(addr) else { continue };
+        lists.entry(addr).or_insert_with(|| pp.probes()).retain(|&p| p != consumer);
+    }
+    let mut changes: Vec<Change> = lists
+        .iter()
+        .filter(|(_, probes)| probes.is_empty())
+        .filter_map(|(&addr, _)| table::lookup(addr))
+        .map(|pp| Change::new(pp, Target::Original))
+        .collect();
+    // A failure leaves the int3 in place: hits then run no handler and stay correct.
+    place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
+    let mut retired = Retired::default();
+    for (addr, probes) in lists {
+        if let Some(pp) = table::lookup(addr) {
+            retired.add(pp.replace(probes));
+        }
+    }
+    retired.free();
+}
+
+/// `symbol+0xoff` for a run-time code address, where a symbol covers it.
+pub fn symbolize(addr: usize) -> Option<String> {
+    state().view.symbolize(addr)
+}
+
+/// Whether the main program is written in Go.
+pub fn main_is_go() -> bool {
+    state().view.main_is_go()
+}
+
+/// The run-time address of a probe specification string (`uprobe_lookup`).
+pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
+    let parsed = elf::parse_spec(spec).map_err(|e| RegisterError::BadSpec(spec.into(), e))?;
+    state().view.resolve(&parsed)
+}
+
+/// The probe objects that wait for their module, as the consumers they will be.
+fn pending_consumers(st: &State) -> Vec<Consumer> {
+    st.pending
+        .iter()
+        .map(
+            |(&key, &ret)| {
+                if ret {
+                    Consumer::Uretprobe(key as *mut Uretprobe)
+                } else {
+                    Consumer::Uprobe(key as *mut Uprobe)
+                }
+            },
+        )
+        .collect()
+}
+
+/// Arms the pending probes whose module is now loaded (after `dlopen`), as one batch.
+/// Returns each probe that left the pending list, with its address or why it could not be
+/// placed.
+pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
+    let mut st = state();
+    if st.pending.is_empty() {
+        return Vec::new();
+    }
+    st.begin();
+    let mut done = Vec::new();
+    for consumer in pending_consumers(&st) {
+        // SAFETY: registered (pending) probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        let Ok(Where::Symbol(name, offset)) = target_of(probe) else { continue };
+        let Ok(spec) = elf::parse_spec(&name) else { continue };
+        let result = match st.view.resolve(&spec) {
+            Err(RegisterError::UnknownModule { .. }) => continue,
+            Err(e) => Err(e),
+            Ok(a) => {
+                let addr = a.wrapping_add(offset as usize);
+                place(&mut st, consumer, addr).map(|()| addr)
+            }
+        };
+        st.pending.remove(&consumer.key());
+        done.push((consumer, result));
+    }
+    // Written now, whoever owns a batch: the library is loaded and its callers may run.
+    for (consumer, e) in flush(&mut st) {
+        if let Some(d) = done.iter_mut().find(|(c, _)| *c == consumer) {
+            d.1 = Err(e);
+        }
+    }
+    done
+}
+
+/// Forgets the probes whose code is no longer mapped (after `dlclose`): "module:symbol"
+/// probes go back to pending, to be armed when the module is loaded again; the others are
+/// returned, with their address, as gone.
+pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
+    let mut st = state();
+    if !st.batch.points.is_empty() {
+        flush(&mut st);
+    }
+    let maps = st.view.maps(None);
+    let gone: Vec<(usize, usize)> = st
+        .registered
+        .iter()
+        .filter(|(_, &addr)| !crate::base::maps::find(&maps, addr).is_some_and(|m| m.exec))
+        .map(|(&key, &addr)| (key, addr))
+        .collect();
+    let mut dropped = Vec::new();
+    for (key, addr) in gone {
+        st.registered.remove(&key);
+        let Some(pp) = table::lookup(addr) else { continue };
+        let mut probes = pp.probes();
+        let Some(&consumer) = probes.iter().find(|c| c.key() == key) else { continue };
+        probes.retain(|c| c.key() != key);
+        // The code is gone, and its int3 with it: nothing to write back.
+        pp.publish(probes);
+        // SAFETY: registered probe objects stay valid until unregistered.
+        let probe = unsafe { &*consumer.placement() };
+        match target_of(probe) {
+            Ok(Where::Symbol(name, _)) if name.contains(':') => {
+                st.pending.insert(key, consumer.is_return());
+            }
+            _ => dropped.push((consumer, addr)),
+        }
+    }
+    dropped
+}
+
+thread_local! {
+    /// The registry lock, held by the forking thread from `fork`'s prepare step until the
+    /// parent and the child go on.
+    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, State>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `fork` prepare step: takes the registry lock, so that the child does not inherit it held by
+/// a thread that does not exist there.
+pub fn fork_prepare() {
+    let guard = state();
+    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+/// `fork`, parent side: lets the registry go.
+pub fn fork_parent() {
+    FORK_GUARD.with(|g| g.borrow_mut().take());
+}
+
+/// `fork`, child side (one thread). With `disarm`, the child gets its original code back:
+/// every armed probe point is restored and forgotten, without waiting for a grace period (no
+/// other thread exists).
+pub fn fork_child(disarm: bool) {
+    let Some(mut st) = FORK_GUARD.with(|g| g.borrow_mut().take()) else {
+        return;
+    };
+    // A batch open in the parent (a fork from `uprobe_init`) has no owner here: the child,
+    // alone, writes it now.
+    flush(&mut st);
+    st.batch = Batch::new();
+    if !disarm {
+        return;
+    }
+    let st = &mut *st;
+    let mut changes: Vec<Change> =
+        table::points().filter(|pp| pp.is_armed()).map(|pp| Change::new(pp, Target::Original)).collect();
+    place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
+    for c in &changes {
+        // The old list is left allocated: a copied half-done hit may still hold it.
+        c.pp.replace(Vec::new()).leak();
+    }
+    st.registered.clear();
+}
+
+/// Says, for every probe point, how many hits ran no handler because the thread was already
+/// running one (process exit).
+pub fn report_missed() {
+    for pp in table::points() {
+        let missed = pp.missed.load(Ordering::Relaxed);
+        if missed > 0 {
+            let name = symbolize(pp.addr).unwrap_or_default();
+            output::message(format_args!(
+                "probe at {:#x} ({name}): {missed} hits ran no handler (they came from a handler or from the runtime itself)",
+                pp.addr
+            ));
+        }
+    }
+}

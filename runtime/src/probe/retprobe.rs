@@ -1,0 +1,230 @@
+//! Return probes.
+//!
+//! At an entry hit of a return-probed function the runtime saves the real return address in a
+//! per-thread, bounded, preallocated return stack and replaces it, on the program's stack,
+//! with the address of [`uprobe_ret_trampoline`]. That trampoline is plain code: when the
+//! function returns into it, it saves the general registers, the flags and xmm0-15 (what a
+//! handler compiled for x86-64 may change), calls [`return_hit`] in normal thread context,
+//! which runs the return handlers with the registers as a `struct pt_regs`, and resumes at the
+//! real return address.
+//! A return costs a few dozen nanoseconds, not a signal.
+//!
+//! Each record remembers the stack slot of the address it replaced. A record whose slot lies
+//! below the stack pointer of a later entry or return belongs to a frame that was left without
+//! returning (`longjmp`, `siglongjmp`, an exception) and is dropped. Code that reads return
+//! addresses (the C++ unwinder, `backtrace()`, `pthread_exit`'s forced unwind) is interposed
+//! by the hazards layer (`hazard::unwind`), which uses [`with_records`]: the real addresses
+//! go back on the stack before it runs; after `backtrace()` returns, and when an exception is
+//! caught, the frames still live are hooked again, so their returns keep being counted.
+//!
+//! The records of a thread are touched by entry hits (signal context), by the trampoline and
+//! by the interposed functions; all of them run with the thread marked busy (see `thread`), so
+//! they never interleave.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
+use crate::base::output;
+use crate::probe::returns::{Frame, ReturnStack, ARENA_SIZE, MAX_FRAMES};
+use crate::probe::table::{Consumer, ProbePoint};
+use crate::probe::thread::{self, ThreadState};
+use crate::probe::{deferred, rcu};
+
+/// `maxactive` when the probe leaves it at 0 or below: pending returns per thread and probe.
+pub const DEFAULT_MAXACTIVE: usize = 64;
+/// The largest `data_size` a return probe may ask for.
+pub const MAX_DATA_SIZE: usize = 4096;
+
+/// Runs `f` on the return stack of the thread `t`. Callers hold the thread's busy mark, which
+/// is what makes the access exclusive (entry hits, returns and interposers never nest on a
+/// thread).
+fn with_stack<R>(t: &ThreadState, f: impl FnOnce(&mut ReturnStack) -> R) -> R {
+    // SAFETY: see above: only one of the busy-marked paths runs on this thread at a time, and
+    // the cell is never borrowed across them.
+    f(unsafe { &mut *t.returns.get() })
+}
+
+extern "C" {
+    /// The return trampoline (assembly below).
+    fn uprobe_ret_trampoline();
+}
+
+/// The address the runtime puts in place of hooked return addresses.
+pub fn trampoline() -> usize {
+    uprobe_ret_trampoline as *const () as usize
+}
+
+fn maxactive(rp: &Uretprobe) -> usize {
+    if rp.maxactive > 0 {
+        rp.maxactive as usize
+    } else {
+        DEFAULT_MAXACTIVE
+    }
+}
+
+fn count_missed(rp: *mut Uretprobe) {
+    // SAFETY: `nmissed` is an aligned unsigned long of a registered probe object; the runtime
+    // only ever updates it atomically.
+    unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*rp).nmissed)).fetch_add(1, Ordering::Relaxed) };
+}
+
+/// An entry hit of return probe `rp` at probe point `pp` (signal context, thread busy, inside
+/// a read-side section). `regs` are the registers at the function's first instruction.
+///
+/// # Safety
+/// `rp` is a registered return probe, valid for the read-side section.
+pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
+    // SAFETY: the caller guarantees `rp` is valid.
+    let probe = unsafe { &*rp };
+    let slot = regs.rsp as usize;
+    // SAFETY: at a function's first instruction %rsp points to the return address.
+    let ret = unsafe { *(slot as *const usize) };
+    let tramp = trampoline();
+    with_stack(thread::current(), |st| {
+        // A frame at this very slot is dead unless this is a tail call from a hooked frame.
+        st.drop_dead(slot, ret != tramp);
+        let orig = if ret == tramp {
+            match st.top() {
+                Some(top) if top.slot == slot => top.orig,
+                // A hooked address with no record cannot be followed: leave this call alone.
+                _ => return count_missed(rp),
+            }
+        } else {
+            ret
+        };
+        let pending = st.frames[..st.depth].iter().filter(|f| f.rp == rp).count();
+        let size = (core::mem::size_of::<UretprobeInstance>() + probe.data_size + 15) & !15;
+        if st.depth == MAX_FRAMES || pending >= maxactive(probe) || st.arena_top + size > ARENA_SIZE {
+            return count_missed(rp);
+        }
+        let offset = st.arena_top;
+        let ri = st.instance(offset);
+        // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena.
+        unsafe {
+            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2] });
+            if let Some(entry) = probe.entry_handler {
+                st.arena_top += size; // an entry handler that hits a probe sees the space taken
+                let skip = entry(ri, regs) != 0;
+                st.arena_top = offset;
+                if skip {
+                    return;
+                }
+            }
+        }
+        st.arena_top = offset + size;
+        st.frames[st.depth] = Frame { rp, pp: pp as *const ProbePoint as usize, slot, orig, instance: offset };
+        st.depth += 1;
+        // SAFETY: the slot holds this call's return address; the function has not run yet.
+        unsafe { *(slot as *mut usize) = tramp };
+    });
+}
+
+/// Called by the trampoline with the registers it saved (normal context). Runs the return
+/// handlers of every record for this return and gives the address to resume at.
+extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
+    // The trampoline pushed the resume slot and 21 registers since the `ret` popped.
+    let caller_rsp = regs as *mut PtRegs as usize + 22 * 8;
+    let slot = caller_rsp - 8;
+    regs.rsp = caller_rsp as u64;
+    regs.cs = 0x33;
+    regs.ss = 0x2b;
+    let t = thread::current();
+    // Busy before anything that may be probed (errno's location included) runs.
+    let quiet = t.quiet();
+    let nested = t.busy.replace(true);
+    let saved_errno = t.errno();
+    let mut resume = 0;
+    with_stack(t, |st| {
+        st.drop_dead(slot, false);
+        while let Some(top) = st.top().copied().filter(|f| f.slot == slot) {
+            resume = top.orig;
+            regs.rip = top.orig as u64;
+            if !quiet {
+                run_return_handler(t, &top, st.instance(top.instance), regs);
+            }
+            st.pop();
+        }
+    });
+    if resume == 0 {
+        output::message_fixed(b"uprobe-run: fatal: a return reached the trampoline with no record, slot ", slot);
+        // SAFETY: abort has no preconditions; there is no address to return to.
+        unsafe { libc::abort() };
+    }
+    t.set_errno(saved_errno);
+    t.busy.set(nested);
+    if !nested && t.queued.get() != 0 {
+        deferred::run_deferred();
+    }
+    regs.rip as usize
+}
+
+fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRegs) {
+    let epoch = rcu::read_lock(t);
+    // SAFETY: the probe point is never freed; its consumer list is valid in this section.
+    let pp = unsafe { &*(frame.pp as *const ProbePoint) };
+    let list = pp.consumers.load(Ordering::SeqCst);
+    // SAFETY: as above; `rp` is called only while it is still registered, and unregister
+    // waits for this section to end before the user may free it.
+    unsafe {
+        if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(frame.rp)) {
+            if let Some(handler) = (*frame.rp).handler {
+                let outer = t.handling.replace(frame.rp as usize);
+                handler(ri, regs);
+                t.handling.set(outer);
+            }
+        }
+    }
+    rcu::read_unlock(epoch);
+}
+
+core::arch::global_asm!(
+    ".pushsection .text.uprobe_ret_trampoline,\"ax\",@progbits",
+    ".globl uprobe_ret_trampoline",
+    ".hidden uprobe_ret_trampoline",
+    ".type uprobe_ret_trampoline,@function",
+    ".p2align 4",
+    "uprobe_ret_trampoline:",
+    "push 0", // becomes the address to resume at
+    crate::insn::frame::save_pt_regs!(),
+    "mov rdi, rbx",
+    "call {return_hit}",
+    "mov qword ptr [rbx + 168], rax",
+    crate::insn::frame::restore_pt_regs!(),
+    "ret",
+    ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
+    ".popsection",
+    return_hit = sym return_hit,
+    vector_area = sym crate::insn::vector::AREA_SIZE,
+    vector_mask = sym crate::insn::vector::MASK,
+);
+
+/// Puts the real return addresses of this thread's hooked frames back on its stack (before
+/// code that reads return addresses runs).
+pub fn restore_returns() {
+    with_records(|st| st.restore_all(trampoline()));
+}
+
+/// Hooks the returns of this thread's recorded frames again (after such code ran).
+pub fn rehook_returns() {
+    with_records(|st| st.rehook_all(trampoline()));
+}
+
+/// An exception was caught in the frame whose return slot is just below `slot`: the frames
+/// below it are gone; hooks the returns of those still live again.
+pub fn caught_at(slot: usize) {
+    with_records(|st| {
+        st.drop_dead(slot, true);
+        st.rehook_all(trampoline());
+    });
+}
+
+/// Runs `f` on this thread's records with the thread marked busy (normal context; the
+/// interposers of `hazard::unwind`).
+fn with_records(f: impl FnOnce(&mut ReturnStack)) {
+    let t = thread::current();
+    let nested = t.busy.replace(true);
+    if !nested {
+        with_stack(t, f);
+    }
+    t.busy.set(nested);
+}

@@ -1,0 +1,215 @@
+//! The probe table: one [`ProbePoint`] per patched address, in a fixed open-addressing table
+//! that the hit paths read without locks (signal-safe lookups).
+//!
+//! Probe points are never freed: a thread that trapped on an `int3` may look its point up
+//! after the probe was removed, and then still finds how to run the displaced instruction; a
+//! thread may still be running in a point's stub or slot. The list of a point's consumers
+//! (the registered probe objects) is an immutable snapshot swapped atomically; an old
+//! snapshot is freed only after a grace period (`rcu`). Writers hold the registry lock.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+use crate::base::abi::{Uprobe, Uretprobe};
+use crate::insn::decode::{Plan, MAX_INSN_LEN};
+use crate::insn::jump::NoJump;
+use crate::probe::rcu;
+
+pub const INT3: u8 = 0xcc;
+const TABLE_BITS: u32 = 18;
+const TABLE_SIZE: usize = 1 << TABLE_BITS;
+/// The longest range a jump may overwrite (5 bytes rounded up to whole instructions).
+pub const MAX_PATCH: usize = 32;
+
+/// One patched address.
+pub struct ProbePoint {
+    pub addr: usize,
+    /// The displaced instruction's original bytes.
+    pub orig: [u8; MAX_INSN_LEN],
+    pub len: usize,
+    pub plan: Plan,
+    /// The out-of-line copy, for `Plan::OutOfLine`.
+    pub slot: usize,
+    /// Null while no probe is registered here.
+    pub consumers: AtomicPtr<Consumers>,
+    /// Hits that ran no handler because the thread was already in one, or in the runtime.
+    pub missed: AtomicU64,
+    /// Whether (and how) this point can take a jump instead of the `int3`, decided once.
+    pub jump: Result<JumpPrep, NoJump>,
+    /// Whether the jump is in place now (while armed; otherwise the `int3` is).
+    pub jump_active: AtomicBool,
+    /// Whether the bytes after the first may hold the jump's: from just before the jump is
+    /// written until its original bytes are back. A thread that meets the `int3` then must
+    /// not resume inside the range: the trap path sends it to the stub's relocated code.
+    pub tail_patched: AtomicBool,
+    /// Whether the point waits in an open placement batch for its bytes to be written.
+    pub queued: AtomicBool,
+}
+
+/// A jump ready to be written: its stub is built and stays for the life of the process.
+pub struct JumpPrep {
+    pub patch_len: usize,
+    /// The original bytes of the patched range.
+    pub orig: [u8; MAX_PATCH],
+    pub stub: usize,
+}
+
+/// The probes registered at one address, in registration order.
+pub struct Consumers {
+    pub probes: Vec<Consumer>,
+}
+
+/// A registered probe object: an entry probe, or a return probe (whose entry lives here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumer {
+    Uprobe(*mut Uprobe),
+    Uretprobe(*mut Uretprobe),
+}
+
+impl Consumer {
+    /// The identity of the probe object (its address).
+    pub fn key(self) -> usize {
+        match self {
+            Consumer::Uprobe(u) => u as usize,
+            Consumer::Uretprobe(rp) => rp as usize,
+        }
+    }
+
+    /// Where the object asks to be placed: `struct uretprobe` starts with its `struct uprobe`.
+    pub fn placement(self) -> *mut Uprobe {
+        match self {
+            Consumer::Uprobe(u) => u,
+            Consumer::Uretprobe(rp) => rp.cast(),
+        }
+    }
+
+    pub fn is_return(self) -> bool {
+        matches!(self, Consumer::Uretprobe(_))
+    }
+
+    /// The address of the object's handler, to name its library (normal context).
+    pub fn handler_address(self) -> usize {
+        // SAFETY: registered probe objects are valid (C ABI).
+        unsafe {
+            match self {
+                Consumer::Uprobe(u) => (*u).handler.map_or(0, |h| h as usize),
+                Consumer::Uretprobe(rp) => {
+                    (*rp).handler.map(|h| h as usize).or((*rp).entry_handler.map(|h| h as usize)).unwrap_or(0)
+                }
+            }
+        }
+    }
+}
+
+static TABLE: [AtomicPtr<ProbePoint>; TABLE_SIZE] = [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLE_SIZE];
+
+fn hash(addr: usize) -> usize {
+    (addr as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize >> (usize::BITS - TABLE_BITS)
+}
+
+/// The probe point at `addr`, if one was ever made (lock-free; signal-safe).
+pub fn lookup(addr: usize) -> Option<&'static ProbePoint> {
+    let mut i = hash(addr);
+    loop {
+        let p = TABLE[i].load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: table entries point to leaked, never-freed probe points.
+        let pp = unsafe { &*p };
+        if pp.addr == addr {
+            return Some(pp);
+        }
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+}
+
+/// The table is full.
+#[derive(Clone, Copy, Debug)]
+pub struct TableFull;
+
+/// Puts `pp` in the table, replacing the point at the same address if any. Under the lock.
+pub fn insert(pp: &'static ProbePoint) -> Result<(), TableFull> {
+    let mut i = hash(pp.addr);
+    for _ in 0..TABLE_SIZE / 2 {
+        let p = TABLE[i].load(Ordering::Acquire);
+        // SAFETY: as in `lookup`.
+        if p.is_null() || unsafe { (*p).addr } == pp.addr {
+            TABLE[i].store(pp as *const ProbePoint as *mut ProbePoint, Ordering::Release);
+            return Ok(());
+        }
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+    Err(TableFull)
+}
+
+/// Every probe point ever made.
+pub fn points() -> impl Iterator<Item = &'static ProbePoint> {
+    TABLE.iter().filter_map(|entry| {
+        // SAFETY: as in `lookup`.
+        unsafe { entry.load(Ordering::Acquire).as_ref() }
+    })
+}
+
+impl ProbePoint {
+    /// Whether probes are registered here.
+    pub fn is_armed(&self) -> bool {
+        !self.consumers.load(Ordering::SeqCst).is_null()
+    }
+
+    /// The registered probes here (under the registry lock, which keeps the list alive).
+    pub fn probes(&self) -> Vec<Consumer> {
+        let p = self.consumers.load(Ordering::SeqCst);
+        if p.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: lists are only freed under the registry lock, which the caller holds.
+        unsafe { (*p).probes.clone() }
+    }
+
+    /// Replaces the consumers and returns the old list, to be freed once no hit can be
+    /// reading it ([`Retired::free`]).
+    pub fn replace(&self, probes: Vec<Consumer>) -> Retired {
+        let new = if probes.is_empty() { core::ptr::null_mut() } else { Box::into_raw(Box::new(Consumers { probes })) };
+        Retired(vec![self.consumers.swap(new, Ordering::SeqCst)])
+    }
+
+    /// Replaces the consumers and frees the old list after a grace period.
+    pub fn publish(&self, probes: Vec<Consumer>) {
+        self.replace(probes).free();
+    }
+}
+
+/// Consumer lists taken out of the table, waiting for a grace period.
+#[derive(Default)]
+pub struct Retired(Vec<*mut Consumers>);
+
+// SAFETY: the lists are owned by the holder, unpublished, and freed by whichever thread frees
+// them (under the registry lock); no other thread writes them.
+unsafe impl Send for Retired {}
+
+impl Retired {
+    pub const fn new() -> Retired {
+        Retired(Vec::new())
+    }
+
+    pub fn add(&mut self, other: Retired) {
+        self.0.extend(other.0.into_iter().filter(|p| !p.is_null()));
+    }
+
+    /// Waits for every hit that may read the lists (one grace period for all) and frees them.
+    pub fn free(self) {
+        let lists: Vec<*mut Consumers> = self.0.into_iter().filter(|p| !p.is_null()).collect();
+        if lists.is_empty() {
+            return;
+        }
+        rcu::synchronize();
+        for list in lists {
+            // SAFETY: the list came from Box::into_raw in `replace`, is unpublished, and the
+            // grace period has ended, so no reader holds it.
+            drop(unsafe { Box::from_raw(list) });
+        }
+    }
+
+    /// Leaves the lists allocated (a forked child: a copied half-done hit may hold them).
+    pub fn leak(self) {}
+}
