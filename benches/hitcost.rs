@@ -193,8 +193,14 @@ enum Launch {
 }
 
 fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
-    let new_row =
-        |label: String| StartupRow { label, samples_ms: Vec::new(), rss_kb: Vec::new(), handler: None, failure: None };
+    let new_row = |label: String| StartupRow {
+        label,
+        samples_ms: Vec::new(),
+        rss_kb: Vec::new(),
+        handler: None,
+        stats: None,
+        failure: None,
+    };
     // With a trap-free path, registration does more work (decoding whole functions): the
     // largest sets are also timed with int3 only.
     let int3_too = engines.uprobe_run.as_ref().is_ok_and(|u| u.no_optimize);
@@ -233,21 +239,24 @@ fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
             }
             let result = match launch {
                 Launch::Never => continue,
-                Launch::Plain => plain::run_idle(&engines.fixture, &stdout).map(|(wall, m)| (wall, m.rss_kb, None)),
+                Launch::Plain => {
+                    plain::run_idle(&engines.fixture, &stdout).map(|(wall, m)| (wall, m.rss_kb, None, None))
+                }
                 Launch::UprobeRun(params, no_optimize) => match &engines.uprobe_run {
                     Err(e) => Err(Failure::Unavailable(e.clone())),
                     Ok(u) => u
                         .run_idle(&engines.fixture, params, *no_optimize, &engines.scratch)
-                        .map(|r| (r.wall, r.rss_kb, Some(r.handler))),
+                        .map(|r| (r.wall, r.rss_kb, Some(r.handler), r.stats)),
                 },
             };
             match result {
-                Ok((wall, rss, handler)) => {
+                Ok((wall, rss, handler, stats)) => {
                     let ms = wall.as_secs_f64() * 1e3;
                     eprintln!("hitcost: [{pass}/{}] start-up {:<38} {ms:>9.2} ms", settings.runs, row.label);
                     row.samples_ms.push(ms);
                     row.rss_kb.push(rss);
                     row.handler = handler;
+                    row.stats = stats;
                 }
                 Err(f) => {
                     eprintln!("hitcost: start-up {}: {}", row.label, f.reason());

@@ -1,7 +1,7 @@
 //! The results: derived figures (cost over the baseline, rate, ratio to uprobe-run's int3
 //! row), the table on stdout, `hitcost.json` and the `hitcost.svg` bar chart.
 
-use crate::engines::uprobe_run::{errno_name, HandlerReport};
+use crate::engines::uprobe_run::{errno_name, HandlerReport, RuntimeStats};
 use crate::engines::{Engine, Failure, Kind};
 use crate::json::Json;
 use crate::machine::Machine;
@@ -70,6 +70,8 @@ pub struct StartupRow {
     pub rss_kb: Vec<u64>,
     /// What the handler reported on the last run (None for the unprobed program).
     pub handler: Option<HandlerReport>,
+    /// The runtime's counters on the last run (placement time, system calls, traps).
+    pub stats: Option<RuntimeStats>,
     pub failure: Option<Failure>,
 }
 
@@ -370,6 +372,23 @@ impl Report {
                         let _ = write!(t, ", failed {} ({})", h.failed, errno_list(&h.failed_by_errno));
                     }
                 }
+                if let Some(r) = &s.stats {
+                    let kinds = if r.syscalls_by_kind.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", r.syscalls_by_kind)
+                    };
+                    let _ = write!(
+                        t,
+                        "\n  {:<50}   placement {:.2} ms, {} syscalls{kinds}, {} maps read{}, {} SIGTRAPs in the runtime",
+                        "",
+                        r.placement_ms,
+                        r.syscalls,
+                        r.maps_reads,
+                        if r.maps_reads == 1 { "" } else { "s" },
+                        r.traps_in_runtime
+                    );
+                }
                 let _ = writeln!(t);
             }
         }
@@ -418,6 +437,15 @@ impl Report {
                         ),
                     ));
                     o.push(("hits_during_run", Json::Int(h.others as i64)));
+                }
+                if let Some(r) = &s.stats {
+                    o.push(("placement_ms", Json::Num(r.placement_ms)));
+                    o.push(("placement_syscalls", Json::Int(r.syscalls as i64)));
+                    o.push(("placement_syscalls_by_kind", Json::str(&r.syscalls_by_kind)));
+                    o.push(("maps_reads", Json::Int(r.maps_reads as i64)));
+                    o.push(("sigtraps_in_runtime", Json::Int(r.traps_in_runtime as i64)));
+                    o.push(("points_armed", Json::Int(r.points as i64)));
+                    o.push(("jumps", Json::Int(r.jumps as i64)));
                 }
                 Json::obj(o)
             })

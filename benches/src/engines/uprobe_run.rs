@@ -37,6 +37,45 @@ pub struct HandlerReport {
     pub failed_by_errno: Vec<(i32, u64)>,
 }
 
+/// The runtime's own counters of one run (`uprobe-run --stats`): what placing the probes cost.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuntimeStats {
+    pub placement_ms: f64,
+    pub batches: u64,
+    pub points: u64,
+    pub jumps: u64,
+    pub syscalls: u64,
+    /// "mprotect 3, membarrier 4, ...": the system calls by kind.
+    pub syscalls_by_kind: String,
+    pub maps_reads: u64,
+    pub traps_in_runtime: u64,
+}
+
+impl RuntimeStats {
+    /// Parses the `uprobe-run: stats: ...` line.
+    pub fn parse(output: &str) -> Option<RuntimeStats> {
+        let line = output.lines().rev().find_map(|l| l.strip_prefix("uprobe-run: stats: "))?;
+        let after = |key: &str| -> Option<&str> { line.find(key).map(|at| line[at + key.len()..].trim_start()) };
+        let number = |key: &str| -> Option<f64> {
+            after(key)?.split(|c: char| !c.is_ascii_digit() && c != '.').next()?.parse().ok()
+        };
+        let by_kind = after("syscalls ")
+            .and_then(|rest| rest.split_once('(').filter(|(n, _)| !n.contains(';')))
+            .map(|(_, rest)| rest.split(')').next().unwrap_or("").to_string())
+            .unwrap_or_default();
+        Some(RuntimeStats {
+            placement_ms: number("placement ")?,
+            batches: number("ms in ")? as u64,
+            points: number("batches, ")? as u64,
+            jumps: number("armed (")? as u64,
+            syscalls: number("syscalls ")? as u64,
+            syscalls_by_kind: by_kind,
+            maps_reads: number("maps reads ")? as u64,
+            traps_in_runtime: number("SIGTRAPs in the runtime ")? as u64,
+        })
+    }
+}
+
 impl HandlerReport {
     pub fn parse(output: &str) -> Option<HandlerReport> {
         let line = output.lines().rev().find(|l| l.starts_with("entries="))?;
@@ -68,6 +107,8 @@ pub struct IdleRun {
     pub wall: Duration,
     pub rss_kb: u64,
     pub handler: HandlerReport,
+    /// The runtime's counters, where this uprobe-run prints them (`--stats`).
+    pub stats: Option<RuntimeStats>,
 }
 
 /// The symbolic name of an errno value.
@@ -225,10 +266,10 @@ impl UprobeRun {
         for (name, value) in params {
             cmd.arg("--param").arg(format!("{name}={value}"));
         }
-        cmd.arg("--").arg(&fixture.program).arg("idle");
-        let (finished, _, handler) = run_with_handler(&mut cmd, &output, scratch)?;
+        cmd.arg("--stats").arg("--").arg(&fixture.program).arg("idle");
+        let (finished, report, handler) = run_with_handler(&mut cmd, &output, scratch)?;
         let m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
-        Ok(IdleRun { wall: finished.wall, rss_kb: m.rss_kb, handler })
+        Ok(IdleRun { wall: finished.wall, rss_kb: m.rss_kb, handler, stats: RuntimeStats::parse(&report) })
     }
 }
 
@@ -256,6 +297,19 @@ fn run_with_handler(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_stats_line() {
+        let out = "x\nuprobe-run: stats: placement 17.531 ms in 1 batches, 2168 points armed (2076 jumps), syscalls 55 (read 4, mprotect 3, membarrier 4); maps reads 1; SIGTRAPs in the runtime 0\n";
+        let s = RuntimeStats::parse(out).unwrap();
+        assert_eq!(
+            (s.batches, s.points, s.jumps, s.syscalls, s.maps_reads, s.traps_in_runtime),
+            (1, 2168, 2076, 55, 1, 0)
+        );
+        assert_eq!(s.syscalls_by_kind, "read 4, mprotect 3, membarrier 4");
+        assert!((s.placement_ms - 17.531).abs() < 1e-9);
+        assert_eq!(RuntimeStats::parse("no stats"), None);
+    }
 
     #[test]
     fn handler_report_with_errno_lines() {
