@@ -235,6 +235,7 @@ fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
 
 /// Calls the handlers of `consumers` in registration order (busy, in a read-side section),
 /// each with the thread marked as running that probe's handler (see `owners`).
+#[inline(always)]
 fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState) {
     for &consumer in &consumers.probes {
         let outer = t.handling.replace(consumer.key());
