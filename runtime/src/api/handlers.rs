@@ -8,7 +8,7 @@ use core::ffi::c_int;
 use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 
 use crate::base::{output, stats};
-use crate::probe::{deferred, registry};
+use crate::probe::{deferred, report};
 
 type ExitFn = unsafe extern "C" fn();
 
@@ -42,14 +42,16 @@ pub fn load(path: &str) -> Result<(), String> {
 
 /// Calls every library's `uprobe_exit`, last loaded first (registered with atexit).
 pub extern "C" fn run_exits() {
+    report::report_changed_sites();
     let exits = std::mem::take(&mut *EXITS.lock());
     for exit in exits.iter().rev() {
         // SAFETY: the library's documented exit point; the library is still loaded.
         deferred::entry_point(|| unsafe { exit() });
     }
     output::flush();
-    registry::report_missed();
+    report::report_missed();
     if stats::PRINT.load(core::sync::atomic::Ordering::Relaxed) {
+        report::report_returns();
         output::message(format_args!("{}", stats::summary()));
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use crate::api::{exports, handlers};
 use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
-use crate::hazard::{dl, fds, fork, signals, sigtrap};
+use crate::hazard::{dl, environ, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
 use crate::probe::{dispatch, place, rcu, registry};
 
@@ -36,11 +36,13 @@ fn own_path() -> String {
 
 /// Takes the runtime out of the environment the program (and what it execs) sees.
 fn scrub_environment() {
-    std::env::remove_var(spec::ENV_SPEC);
-    if let Ok(preload) = std::env::var("LD_PRELOAD") {
+    environ::remove(spec::ENV_SPEC);
+    if let Some(preload) = environ::get("LD_PRELOAD") {
         match spec::preload_without(&preload, &own_path()) {
-            rest if rest.is_empty() => std::env::remove_var("LD_PRELOAD"),
-            rest => std::env::set_var("LD_PRELOAD", rest),
+            rest if rest.is_empty() => environ::remove("LD_PRELOAD"),
+            rest => {
+                environ::replace("LD_PRELOAD", &rest);
+            }
         }
     }
 }
@@ -49,7 +51,7 @@ fn scrub_environment() {
 /// marking the specification so that they know they were exec'd.
 fn pass_on_environment(text: &str, spec: &Spec) {
     if !spec.options.followed_exec {
-        std::env::set_var(spec::ENV_SPEC, format!("{text}\n{}", spec::FOLLOWED_RECORD));
+        environ::replace(spec::ENV_SPEC, &format!("{text}\n{}", spec::FOLLOWED_RECORD));
     }
 }
 
@@ -60,9 +62,10 @@ fn program_path() -> String {
 
 extern "C" fn init() {
     // Preloaded by something other than uprobe-run: stay inert.
-    let Ok(text) = std::env::var(spec::ENV_SPEC) else {
+    let Some(text) = environ::get(spec::ENV_SPEC) else {
         return;
     };
+    sys::init_errno();
     let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
     if spec.options.follow_exec {
         pass_on_environment(&text, &spec);
@@ -84,6 +87,7 @@ extern "C" fn init() {
     fork::init(spec.options.no_follow_fork);
     signals::init();
     dl::init();
+    spawn::init();
     if let Err(errno) = sigtrap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }

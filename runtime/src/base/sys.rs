@@ -67,17 +67,67 @@ unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, 
     }
 }
 
-/// Reads errno. Calls libc's `__errno_location`: only on a thread already marked busy (see
-/// `probe::thread`), where a probe on it runs no handler.
-pub fn errno() -> Errno {
-    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
-    unsafe { *libc::__errno_location() }
+/// Where errno lives relative to the thread pointer: libc's errno is in its static TLS
+/// block, at the same offset from every thread's thread pointer. Measured once at start-up
+/// ([`init_errno`]), so the hit paths find errno without calling libc, which may carry a
+/// probe, and may run while glibc holds every signal blocked (a new thread's first code).
+static ERRNO_OFFSET: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(isize::MIN);
+
+/// The calling thread's thread pointer (`%fs:0` holds its own address on x86-64).
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reading the TCB self pointer has no side effects.
+    unsafe { core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    tp
 }
 
-/// The address of the calling thread's errno (see [`errno`] for when it may be called).
+/// Measures errno's offset from the thread pointer (start-up, before any probe is placed).
+pub fn init_errno() {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let at = unsafe { libc::__errno_location() } as usize;
+    ERRNO_OFFSET.store(at.wrapping_sub(thread_pointer()) as isize, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// The address of the calling thread's errno (signal-safe, no call).
 pub fn errno_location() -> *mut i32 {
-    // SAFETY: as in `errno`.
-    unsafe { libc::__errno_location() }
+    let offset = ERRNO_OFFSET.load(core::sync::atomic::Ordering::Relaxed);
+    if offset == isize::MIN {
+        // SAFETY: as in `init_errno` (not measured yet: before start-up).
+        return unsafe { libc::__errno_location() };
+    }
+    thread_pointer().wrapping_add(offset as usize) as *mut i32
+}
+
+/// Reads errno.
+pub fn errno() -> Errno {
+    // SAFETY: errno_location gives this thread's errno slot, valid for the thread's life.
+    unsafe { *errno_location() }
+}
+
+/// The 8 bytes at `addr` of this process, or None where they are not mapped readable. A
+/// system call, not a load: it cannot fault, whatever the signal mask and handlers are (a
+/// thread glibc runs with every signal blocked, a posix_spawn child).
+pub fn read_u64_checked(addr: usize) -> Option<u64> {
+    let mut value = 0u64;
+    let local = libc::iovec { iov_base: (&mut value as *mut u64).cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
+    // SAFETY: the kernel writes at most 8 bytes into `value` and reads nothing of ours but the
+    // two iovecs; a bad `addr` is an EFAULT, not a fault.
+    let n = unsafe {
+        call(
+            Call::Other,
+            libc::SYS_process_vm_readv,
+            [getpid() as usize, &local as *const libc::iovec as usize, 1, &remote as *const libc::iovec as usize, 1, 0],
+        )
+    };
+    (n == Ok(8)).then_some(value)
+}
+
+/// Whether thread `tid` of this process still exists.
+pub fn thread_exists(tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the target exists.
+    let rc = unsafe { raw(libc::SYS_tgkill, [getpid() as usize, tid as usize, 0, 0, 0, 0]) };
+    rc != -(libc::ESRCH as isize)
 }
 
 pub fn getpid() -> i32 {
@@ -349,6 +399,18 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The value of the auxiliary vector entry `kind` (`AT_*`), from /proc/self/auxv.
+pub fn auxv(kind: u64) -> Option<u64> {
+    let data = read_file(c"/proc/self/auxv").ok()?;
+    data.chunks_exact(16)
+        .map(|e| {
+            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+            (word(&e[..8]), word(&e[8..]))
+        })
+        .find(|&(k, _)| k == kind)
+        .map(|(_, v)| v)
+}
+
 /// Ends the process at once without running exit handlers.
 pub fn exit_now(status: i32) -> ! {
     loop {
@@ -371,5 +433,9 @@ mod tests {
         let mapped = map_file(&std::ffi::CString::new(exe).unwrap()).unwrap();
         assert_eq!(&mapped.bytes()[..4], b"\x7fELF");
         assert!(monotonic_ns() > 0);
+        assert_eq!(auxv(libc::AT_PAGESZ), Some(4096));
+        let word = 0x0102_0304_0506_0708u64;
+        assert_eq!(read_u64_checked(&word as *const u64 as usize), Some(word));
+        assert_eq!(read_u64_checked(8), None);
     }
 }

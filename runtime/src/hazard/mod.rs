@@ -6,8 +6,10 @@
 //! - [`signals`], [`faults`]: the program's signal actions and masks (interposed), and a
 //!   handler that faults;
 //! - [`fork`]: the runtime's locks and counters across `fork`, and `--no-follow-fork`;
+//! - [`spawn`]: children that share the parent's memory (`posix_spawn`, `system`, `popen`);
 //! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
 //! - [`fds`]: keeping the output's descriptor in programs that close every descriptor;
+//! - [`environ`]: the environment, edited in place (a program may define `unsetenv` itself);
 //! - [`unwind`]: the unwinder, `backtrace` and `pthread_exit` meeting return-probed frames;
 //! - [`interpose`]: finding the functions the interposers stand in for.
 //!
@@ -17,6 +19,8 @@
 
 #[allow(unsafe_code)]
 pub mod dl;
+#[allow(unsafe_code)]
+pub mod environ;
 pub mod faults;
 #[allow(unsafe_code)]
 pub mod fds;
@@ -28,5 +32,7 @@ pub mod interpose;
 pub mod signals;
 #[allow(unsafe_code)]
 pub mod sigtrap;
+#[allow(unsafe_code)]
+pub mod spawn;
 #[allow(unsafe_code)]
 pub mod unwind;

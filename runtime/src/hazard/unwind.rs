@@ -13,6 +13,7 @@ use crate::hazard::interpose::Next;
 use crate::probe::retprobe;
 
 static RAISE: Next = Next::new(c"_Unwind_RaiseException");
+static RETHROW: Next = Next::new(c"_Unwind_Resume_or_Rethrow");
 static FORCED_UNWIND: Next = Next::new(c"_Unwind_ForcedUnwind");
 static BACKTRACE_UNWIND: Next = Next::new(c"_Unwind_Backtrace");
 static BACKTRACE: Next = Next::new(c"backtrace");
@@ -35,8 +36,22 @@ macro_rules! next_fn {
 /// The libgcc contract.
 #[no_mangle]
 pub unsafe extern "C" fn _Unwind_RaiseException(exception: *mut c_void) -> c_int {
-    retprobe::restore_returns();
+    let here = 0u8;
+    retprobe::throwing(&here as *const u8 as usize);
     let real = next_fn!(RAISE, unsafe extern "C" fn(*mut c_void) -> c_int);
+    // SAFETY: forwarding the caller's arguments to the real function.
+    unsafe { real(exception) }
+}
+
+/// `_Unwind_Resume_or_Rethrow` (`throw;` in a handler): as a new throw.
+///
+/// # Safety
+/// The libgcc contract.
+#[no_mangle]
+pub unsafe extern "C" fn _Unwind_Resume_or_Rethrow(exception: *mut c_void) -> c_int {
+    let here = 0u8;
+    retprobe::throwing(&here as *const u8 as usize);
+    let real = next_fn!(RETHROW, unsafe extern "C" fn(*mut c_void) -> c_int);
     // SAFETY: forwarding the caller's arguments to the real function.
     unsafe { real(exception) }
 }
@@ -108,7 +123,7 @@ pub unsafe extern "C" fn backtrace(buffer: *mut *mut c_void, size: c_int) -> c_i
 /// The glibc contract.
 #[no_mangle]
 pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
-    retprobe::restore_returns();
+    retprobe::thread_exiting();
     let real = next_fn!(PTHREAD_EXIT, unsafe extern "C" fn(*mut c_void) -> !);
     // SAFETY: forwarding the caller's argument to the real function.
     unsafe { real(retval) }

@@ -54,6 +54,33 @@ pub fn check_boundary(func: &[u8], func_ip: u64, addr: u64) -> Result<(), Bounda
     Err(BoundaryError::PastEnd { addr })
 }
 
+/// Whether the function `func` (its bytes, at `func_ip`) can return to its caller: it holds
+/// a `ret`, or a jump that leaves it (a tail call, or any indirect jump). A function with
+/// neither (`_start`, a wrapper that ends in `call exit`, `hlt` or `ud2`) never returns,
+/// and a return probe on it would only hold a record forever. Code that does not decode
+/// counts as returning (no claim is made about it).
+pub fn may_return(func: &[u8], func_ip: u64) -> bool {
+    let end = func_ip + func.len() as u64;
+    let mut decoder = Decoder::with_ip(64, func, func_ip, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut insn);
+        if insn.is_invalid() {
+            return true;
+        }
+        match insn.flow_control() {
+            FlowControl::Return | FlowControl::IndirectBranch => return true,
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+                if insn.op0_kind() == OpKind::NearBranch64 && !(func_ip..end).contains(&insn.near_branch_target()) =>
+            {
+                return true
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// How an instruction displaced by `int3` is executed after the handlers have run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -210,6 +237,20 @@ mod tests {
         assert_eq!(check_boundary(&f, 0x1000, 0x1009), Err(BoundaryError::Inside { addr: 0x1009, insn: 0x1008 }));
         assert_eq!(check_boundary(&f, 0x1000, 0x100d), Err(BoundaryError::PastEnd { addr: 0x100d }));
         assert_eq!(check_boundary(&[0x06], 0x1000, 0x1001), Err(BoundaryError::Undecodable { at: 0x1000 }));
+    }
+
+    #[test]
+    fn functions_that_never_return() {
+        // _start: endbr64; xor %ebp,%ebp; ...; call *__libc_start_main(%rip); hlt
+        let start = [0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xed, 0xff, 0x15, 0, 0, 0, 0, 0xf4];
+        assert!(!may_return(&start, 0x1000));
+        // push %rbp; mov %rsp,%rbp; mov $1,%edi; call exit
+        let dies = [0x55, 0x48, 0x89, 0xe5, 0xbf, 1, 0, 0, 0, 0xe8, 0, 0, 0, 0];
+        assert!(!may_return(&dies, 0x1000));
+        assert!(may_return(&[0x31, 0xc0, 0xc3], 0x1000)); // xor; ret
+        assert!(may_return(&[0xe9, 0x00, 0x10, 0, 0], 0x1000)); // jmp elsewhere: a tail call
+        assert!(!may_return(&[0xeb, 0xfe], 0x1000)); // jmp to itself forever
+        assert!(may_return(&[0xff, 0xe0], 0x1000)); // jmp *%rax
     }
 
     #[test]

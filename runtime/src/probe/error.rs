@@ -45,10 +45,18 @@ pub enum RegisterError {
         "{addr:#x} is not the first instruction of {function} (at {start:#x}): return probes go on a function's entry"
     )]
     NotEntry { addr: usize, function: String, start: usize },
+    #[error("{0:#x} is the program's entry point: its stack holds argc, not a return address, so a return probe there is refused")]
+    EntryPoint(usize),
+    #[error("{function} (at {addr:#x}) returns twice (as setjmp, vfork and getcontext do): its second return would find no record, so return probes are refused there; an entry probe works")]
+    ReturnsTwice { addr: usize, function: String },
+    #[error("{function} (at {addr:#x}) never returns by ret (no ret or tail call in its code): a return probe there would never fire, so it is refused")]
+    NeverReturns { addr: usize, function: String },
     #[error("return probes are refused in Go programs: Go moves goroutine stacks and walks return addresses, which a replaced return address breaks")]
     GoProgram,
     #[error("the probe table is full")]
     TableFull,
+    #[error("{function} (at {addr:#x}) runs with every signal blocked in {blocked}, where an int3 would kill the program, and it cannot take a jump here: {why}")]
+    TrapUnsafe { addr: usize, function: String, blocked: &'static str, why: String },
 }
 
 impl RegisterError {
@@ -72,7 +80,11 @@ impl RegisterError {
             | NotBoundary { .. }
             | Undecodable(_)
             | Unsupported { .. }
-            | NotEntry { .. } => libc::EINVAL,
+            | NotEntry { .. }
+            | EntryPoint(_)
+            | ReturnsTwice { .. }
+            | NeverReturns { .. }
+            | TrapUnsafe { .. } => libc::EINVAL,
         }
     }
 

@@ -4,15 +4,19 @@
 //! - [`table`]: probe points and their consumer lists (lock-free lookups);
 //! - [`rcu`]: read-side sections and grace periods around those lists;
 //! - [`thread`]: the runtime's per-thread state (busy, inside the runtime, return records);
+//! - [`snapshot`]: that state saved and put back around a child sharing the thread's memory;
 //! - [`registry`]: registration, pending probes, placement batches, fork and dlopen hooks;
 //! - [`place`]: checking and preparing a probe point, writing a batch of patches;
 //! - [`symbols`]: the address space and the symbols of the loaded modules;
+//! - [`traps`]: where an `int3` must not go (glibc runs the code with every signal blocked);
 //! - [`ssol`]: out-of-line slots and stub memory;
 //! - [`dispatch`]: the hit paths, for a trap and for a jump probe's stub;
 //! - [`retprobe`]: return probes: entry and return hits, the trampoline;
 //! - [`returns`]: a thread's pending returns (records and instances);
+//! - [`returnable`]: where a return probe may go;
 //! - [`deferred`]: registration requests, queued when made from a handler;
 //! - [`owners`]: which handler library owns a probe (for fault messages);
+//! - [`report`]: what the runtime says of its probes at the end of the run;
 //! - [`error`]: why a registration failed.
 //!
 //! Context: `dispatch`, `retprobe`'s entry and return paths and `rcu`'s read side run on the
@@ -33,9 +37,14 @@ pub mod rcu;
 #[allow(unsafe_code)]
 pub mod registry;
 #[allow(unsafe_code)]
+pub mod report;
+#[allow(unsafe_code)]
 pub mod retprobe;
+pub mod returnable;
 #[allow(unsafe_code)]
 pub mod returns;
+#[allow(unsafe_code)]
+pub mod snapshot;
 #[allow(unsafe_code)]
 pub mod ssol;
 #[allow(unsafe_code)]
@@ -44,3 +53,4 @@ pub mod symbols;
 pub mod table;
 #[allow(unsafe_code)]
 pub mod thread;
+pub mod traps;

@@ -45,7 +45,15 @@ pub enum Target {
 pub struct Change {
     pub pp: &'static ProbePoint,
     pub target: Target,
-    pub result: Result<Strategy, PatchError>,
+    pub result: Result<Strategy, WriteError>,
+}
+
+/// Why a point could not be written.
+#[derive(Clone, Debug)]
+pub enum WriteError {
+    Patch(PatchError),
+    /// The point must take a jump (`ProbePoint::trap_unsafe`) and cannot now.
+    TrapUnsafe(NoJump),
 }
 
 impl Change {
@@ -156,6 +164,8 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
     let mut orig = [0; MAX_INSN_LEN];
     // SAFETY: the instruction lies inside the executable mapping.
     orig[..insn.len()].copy_from_slice(&unsafe { patch::read_code(addr, insn.len()) });
+    let unsafe_function = view.trap_unsafe(addr, function.as_ref().map_or(addr, |f| f.start));
+    let trap_unsafe = unsafe_function.map(|(_, blocked)| blocked);
     let mut pp = Box::new(ProbePoint {
         addr,
         orig,
@@ -168,9 +178,14 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         jump_active: AtomicBool::new(false),
         tail_patched: AtomicBool::new(false),
         queued: AtomicBool::new(false),
+        trap_unsafe,
+        changed_reported: AtomicBool::new(false),
     });
     let context = &*pp as *const ProbePoint as u64;
-    pp.jump = jump_for(function.as_ref(), addr, slots, &maps, context);
+    pp.jump = jump_for(function.as_ref(), addr, slots, &maps, context, trap_unsafe.is_some());
+    if let (Some((name, blocked)), Err(why)) = (unsafe_function, &pp.jump) {
+        return Err(RegisterError::TrapUnsafe { addr, function: name.into(), blocked, why: why.to_string() });
+    }
     let pp: &'static ProbePoint = Box::leak(pp);
     table::insert(pp).map_err(|_| RegisterError::TableFull)?;
     view.note_point(pp);
@@ -185,8 +200,9 @@ fn jump_for(
     slots: &mut Slots,
     maps: &[Mapping],
     context: u64,
+    required: bool,
 ) -> Result<JumpPrep, NoJump> {
-    if !OPTIMIZE.load(Ordering::Relaxed) {
+    if !OPTIMIZE.load(Ordering::Relaxed) && !required {
         return Err(NoJump::Disabled);
     }
     let f = function.ok_or(NoJump::NoFunction)?;
@@ -241,13 +257,16 @@ fn alone() -> bool {
 /// Why `pp` may not take its jump in this batch (None: it may). `targets` are the batch's
 /// points and what they become.
 fn no_jump(pp: &ProbePoint, alone: bool, targets: &[(usize, Target)]) -> Option<NoJump> {
-    if !OPTIMIZE.load(Ordering::Relaxed) {
+    if !OPTIMIZE.load(Ordering::Relaxed) && pp.trap_unsafe.is_none() {
         return Some(NoJump::Disabled);
     }
     let prep = match &pp.jump {
         Ok(prep) => prep,
         Err(why) => return Some(why.clone()),
     };
+    if pp.jump_active.load(Ordering::SeqCst) {
+        return None; // in place already: nothing to write
+    }
     if !alone {
         return Some(NoJump::Live);
     }
@@ -288,7 +307,11 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
         return;
     }
     // Decide everything, and reserve every byte of memory, before the first write.
-    let wants_jump = |c: &Change| c.target == Target::Armed && c.pp.jump.is_ok() && OPTIMIZE.load(Ordering::Relaxed);
+    let wants_jump = |c: &Change| {
+        c.target == Target::Armed
+            && c.pp.jump.is_ok()
+            && (OPTIMIZE.load(Ordering::Relaxed) || c.pp.trap_unsafe.is_some())
+    };
     let alone = changes.iter().any(wants_jump) && alone();
     let targets: Vec<(usize, Target)> = changes.iter().map(|c| (c.pp.addr, c.target)).collect();
     let mut steps = vec![Step::None; changes.len()];
@@ -299,7 +322,12 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             Target::Int3 => (Step::Int3, Strategy::Int3(NoJump::Live)),
             Target::Armed => match no_jump(pp, alone, &targets) {
                 None => (Step::Jump, Strategy::Jump),
-                Some(why) => (Step::Int3, Strategy::Int3(why)),
+                Some(why) if pp.trap_unsafe.is_none() => (Step::Int3, Strategy::Int3(why)),
+                Some(why) => {
+                    steps[i] = Step::None;
+                    c.result = Err(WriteError::TrapUnsafe(why));
+                    continue;
+                }
             },
         };
         let jumping = pp.jump_active.load(Ordering::SeqCst);
@@ -318,7 +346,7 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             continue;
         }
         if let Err(e) = open_for(session, &maps, c.pp.addr) {
-            c.result = Err(e);
+            c.result = Err(WriteError::Patch(e));
             steps[i] = Step::None;
         }
     }
@@ -382,4 +410,23 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
 fn first_byte(pp: &ProbePoint) -> u8 {
     // SAFETY: the point's address lies in an executable mapping.
     unsafe { core::ptr::read_volatile(pp.addr as *const u8) }
+}
+
+/// The line saying that the armed point `pp` holds other bytes than the runtime wrote, the
+/// first time it is found so; `name` gives its symbol.
+pub fn changed_message(pp: &ProbePoint, name: impl FnOnce() -> String) -> Option<String> {
+    let mut first = [0u8; 1];
+    if crate::base::safe::copy(&mut first, pp.addr) != 1 {
+        return None; // unmapped meanwhile (a library unloaded behind the loader's back)
+    }
+    let expected = if pp.jump_active.load(Ordering::SeqCst) { JMP_OPCODE } else { INT3 };
+    if first[0] == expected || pp.changed_reported.swap(true, Ordering::SeqCst) {
+        return None;
+    }
+    Some(format!(
+        "probe at {:#x} ({}): its code was changed by something else while it was probed (a kernel uprobe from perf, bpftrace or ftrace, or a debugger): byte {:#04x} where the runtime wrote {expected:#04x}; hits there were not seen",
+        pp.addr,
+        name(),
+        first[0]
+    ))
 }

@@ -6,7 +6,7 @@
 //! marked busy): no lock, no locked instruction, no allocation. [`synchronize`] runs in normal
 //! context and may wait.
 
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::sys;
 use crate::probe::thread::ThreadState;
@@ -18,10 +18,12 @@ use crate::probe::thread::ThreadState;
 // section. The owner updates it with plain stores, no locked instruction: the writer, after
 // unpublishing, makes every thread of the process execute a full barrier with
 // membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), so that a reader either had its odd
-// sequence visible before the writer scans, or loads the new list. Slots are claimed on a
-// thread's first hit and given back by a thread-exit destructor. Threads without a slot
-// (more than `READER_SLOTS` at once, or no membarrier) count themselves in two shared
-// counters instead, which the writer drains by flipping an epoch, as SRCU does.
+// sequence visible before the writer scans, or loads the new list. A slot is claimed on a
+// thread's first hit (one CAS, no call into libc: that first hit may come while glibc runs
+// the new thread with every signal blocked) and belongs to the thread id that claimed it;
+// when none is free, the slots of threads that no longer exist are taken over. Threads
+// without a slot (none to be had, or no membarrier) count themselves in two shared counters
+// instead, which the writer drains by flipping an epoch, as SRCU does.
 
 const READER_SLOTS: usize = 1024;
 const NO_SLOT: u32 = u32::MAX;
@@ -38,41 +40,32 @@ impl core::ops::Deref for Seq {
 }
 
 static SLOT_SEQ: [Seq; READER_SLOTS] = [const { Seq(AtomicU64::new(0)) }; READER_SLOTS];
-static SLOT_TAKEN: [AtomicBool; READER_SLOTS] = [const { AtomicBool::new(false) }; READER_SLOTS];
+/// The thread id owning each slot, 0 for a free one.
+static SLOT_OWNER: [AtomicI32; READER_SLOTS] = [const { AtomicI32::new(0) }; READER_SLOTS];
 /// Whether private expedited membarriers work here (set at start-up).
 static FAST_READERS: AtomicBool = AtomicBool::new(false);
-static SLOT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 static EPOCH: AtomicUsize = AtomicUsize::new(0);
 static READERS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
-/// Enables per-thread reader slots where the kernel has private expedited membarriers and a
-/// thread-exit destructor can be had (start-up).
+/// Enables per-thread reader slots where the kernel has private expedited membarriers
+/// (start-up).
 pub fn init_readers() {
-    extern "C" fn release(value: *mut libc::c_void) {
-        let slot = value as usize - 1;
-        SLOT_SEQ[slot].store(0, Ordering::Release);
-        SLOT_TAKEN[slot].store(false, Ordering::Release);
-    }
-    let mut key: libc::pthread_key_t = 0;
-    // The key is made first thing at start-up, so it is one of the few a thread descriptor
-    // holds inline, and setting it never allocates.
-    // SAFETY: pthread_key_create writes the key; `release` has the destructor's signature.
-    if unsafe { libc::pthread_key_create(&mut key, Some(release)) } != 0 {
-        return;
-    }
-    SLOT_KEY.store(key as usize, Ordering::Relaxed);
     FAST_READERS.store(sys::membarrier_register_private_expedited(), Ordering::Relaxed);
 }
 
 /// In a child after fork: only the forking thread exists, so the other threads' reader
-/// slots and shared counts are stale (one may have been mid-section) and are cleared.
+/// slots and shared counts are stale (one may have been mid-section) and are cleared; the
+/// forking thread's slot now belongs to its new thread id.
 pub fn readers_after_fork() {
     let own = crate::probe::thread::current().reader.get();
+    let me = sys::gettid();
     for i in 0..READER_SLOTS {
         if own == 0 || own == NO_SLOT || i != own as usize - 1 {
             SLOT_SEQ[i].store(0, Ordering::Relaxed);
-            SLOT_TAKEN[i].store(false, Ordering::Relaxed);
+            SLOT_OWNER[i].store(0, Ordering::Relaxed);
+        } else {
+            SLOT_OWNER[i].store(me, Ordering::Relaxed);
         }
     }
     READERS[0].store(0, Ordering::Relaxed);
@@ -81,20 +74,45 @@ pub fn readers_after_fork() {
 
 /// Claims a reader slot for the calling thread (its first hit; signal-safe).
 fn claim_slot() -> u32 {
-    let key = SLOT_KEY.load(Ordering::Relaxed);
-    if !FAST_READERS.load(Ordering::Relaxed) || key == usize::MAX {
+    if !FAST_READERS.load(Ordering::Relaxed) {
         return NO_SLOT;
     }
-    let start = sys::gettid() as usize % READER_SLOTS;
-    for k in 0..READER_SLOTS {
-        let i = (start + k) % READER_SLOTS;
-        if SLOT_TAKEN[i].compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            // SAFETY: a key made at start-up; the value is the slot plus one, never null.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, (i + 1) as *const libc::c_void) };
+    let me = sys::gettid();
+    let start = me as usize % READER_SLOTS;
+    let free = (0..READER_SLOTS)
+        .map(|k| (start + k) % READER_SLOTS)
+        .find(|&i| SLOT_OWNER[i].compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+    if let Some(i) = free {
+        return i as u32;
+    }
+    // Every slot taken: take over one whose thread is gone (its sequence is even: threads
+    // leave only between sections).
+    for i in 0..READER_SLOTS {
+        let owner = SLOT_OWNER[i].load(Ordering::Acquire);
+        if owner != 0
+            && !sys::thread_exists(owner)
+            && SLOT_SEQ[i].load(Ordering::Acquire).is_multiple_of(2)
+            && SLOT_OWNER[i].compare_exchange(owner, me, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
             return i as u32;
         }
     }
     NO_SLOT
+}
+
+/// The sequence of the calling thread's reader slot, if it has one.
+pub fn sequence(t: &ThreadState) -> Option<u64> {
+    let slot = t.reader.get();
+    (slot != 0 && slot != NO_SLOT).then(|| SLOT_SEQ[slot as usize - 1].load(Ordering::Relaxed))
+}
+
+/// Puts back the sequence of the calling thread's reader slot (a child sharing its memory
+/// may have left a section open: see `thread::Snapshot`).
+pub fn set_sequence(t: &ThreadState, sequence: u64) {
+    let slot = t.reader.get();
+    if slot != 0 && slot != NO_SLOT {
+        SLOT_SEQ[slot as usize - 1].store(sequence, Ordering::Release);
+    }
 }
 
 /// A read-side section in progress.
@@ -147,7 +165,7 @@ pub fn synchronize() {
     if FAST_READERS.load(Ordering::Relaxed) {
         sys::membarrier_private_expedited();
         for i in 0..READER_SLOTS {
-            if !SLOT_TAKEN[i].load(Ordering::Acquire) {
+            if SLOT_OWNER[i].load(Ordering::Acquire) == 0 {
                 continue;
             }
             let seq = SLOT_SEQ[i].load(Ordering::Acquire);

@@ -23,7 +23,8 @@ use crate::base::stats::{self, Syscalls};
 use crate::base::{output, sys};
 use crate::insn::patch::Session;
 use crate::probe::error::RegisterError;
-use crate::probe::place::{self, Change, Strategy, Target};
+use crate::probe::place::{self, Change, Strategy, Target, WriteError};
+use crate::probe::returnable;
 use crate::probe::ssol::Slots;
 use crate::probe::symbols::View;
 use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
@@ -153,11 +154,20 @@ fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
                     stats::JUMPS_WRITTEN.add(1);
                 }
             }
-            Err(source) => {
-                let probes = c.pp.probes();
-                for &consumer in &probes {
+            Err(e) => {
+                let addr = c.pp.addr;
+                let error = match e {
+                    WriteError::Patch(source) => RegisterError::Patch { addr, source: *source },
+                    WriteError::TrapUnsafe(why) => RegisterError::TrapUnsafe {
+                        addr,
+                        function: st.view.symbolize(addr).unwrap_or_default(),
+                        blocked: c.pp.trap_unsafe.unwrap_or_default(),
+                        why: why.to_string(),
+                    },
+                };
+                for &consumer in &c.pp.probes() {
                     st.registered.remove(&consumer.key());
-                    failed.push((consumer, RegisterError::Patch { addr: c.pp.addr, source: *source }));
+                    failed.push((consumer, error.clone()));
                 }
                 c.pp.publish(Vec::new());
             }
@@ -251,9 +261,7 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
 /// registered, and queues the point's bytes in the batch.
 fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
     if consumer.is_return() {
-        if let Some(f) = st.view.function_code(addr).filter(|f| f.start != addr) {
-            return Err(RegisterError::NotEntry { addr, function: f.name, start: f.start });
-        }
+        returnable::check(&mut st.view, addr)?;
     }
     let executable = st.view.mapping(addr).is_some_and(|m| m.exec);
     let live =
@@ -329,6 +337,11 @@ pub fn unregister_all(consumers: &[Consumer]) {
         .filter_map(|(&addr, _)| table::lookup(addr))
         .map(|pp| Change::new(pp, Target::Original))
         .collect();
+    for c in &changes {
+        if let Some(line) = place::changed_message(c.pp, || st.view.symbolize(c.pp.addr).unwrap_or_default()) {
+            output::message(format_args!("{line}"));
+        }
+    }
     // A failure leaves the int3 in place: hits then run no handler and stay correct.
     place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
     let mut retired = Retired::default();
@@ -338,6 +351,23 @@ pub fn unregister_all(consumers: &[Consumer]) {
         }
     }
     retired.free();
+}
+
+/// The registered return probes, with their addresses.
+pub fn return_probes() -> Vec<(usize, *mut Uretprobe)> {
+    let st = state();
+    let mut found = Vec::new();
+    for &addr in st.registered.values() {
+        let Some(pp) = table::lookup(addr) else { continue };
+        for consumer in pp.probes() {
+            if let Consumer::Uretprobe(rp) = consumer {
+                if !found.iter().any(|&(_, r)| r == rp) {
+                    found.push((addr, rp));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
@@ -484,19 +514,4 @@ pub fn fork_child(disarm: bool) {
         c.pp.replace(Vec::new()).leak();
     }
     st.registered.clear();
-}
-
-/// Says, for every probe point, how many hits ran no handler because the thread was already
-/// running one (process exit).
-pub fn report_missed() {
-    for pp in table::points() {
-        let missed = pp.missed.load(Ordering::Relaxed);
-        if missed > 0 {
-            let name = symbolize(pp.addr).unwrap_or_default();
-            output::message(format_args!(
-                "probe at {:#x} ({name}): {missed} hits ran no handler (they came from a handler or from the runtime itself)",
-                pp.addr
-            ));
-        }
-    }
 }

@@ -21,11 +21,11 @@
 //! by the interposed functions; all of them run with the thread marked busy (see `thread`), so
 //! they never interleave.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
 use crate::base::output;
-use crate::probe::returns::{Frame, ReturnStack, ARENA_SIZE, MAX_FRAMES};
+use crate::probe::returns::{Frame, Left, Lookup, ReturnStack, ARENA_SIZE, MAX_FRAMES};
 use crate::probe::table::{Consumer, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
 use crate::probe::{deferred, rcu};
@@ -62,6 +62,39 @@ fn maxactive(rp: &Uretprobe) -> usize {
     }
 }
 
+/// Counts a call of the record `f` that will not return (`why`), in the runtime's words of its
+/// probe object (`struct uprobe`'s reserved words), if the probe is still registered: an
+/// unregistered probe object may be gone.
+pub fn count_left(f: &Frame, why: Left) {
+    let t = thread::current();
+    let epoch = rcu::read_lock(t);
+    // SAFETY: the probe point is never freed; its consumer list is valid in this section.
+    let pp = unsafe { &*(f.pp as *const ProbePoint) };
+    let list = pp.consumers.load(Ordering::SeqCst);
+    // SAFETY: as above; `rp` is touched only while it is registered, and unregister waits for
+    // this section before the user may free it. Its reserved words belong to the runtime,
+    // which only updates them atomically; they are pointer-sized and aligned.
+    unsafe {
+        if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(f.rp)) {
+            let word = core::ptr::addr_of_mut!((*f.rp).u.reserved[why as usize]).cast::<usize>();
+            AtomicUsize::from_ptr(word).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    rcu::read_unlock(epoch);
+}
+
+/// The calls of `rp` counted by [`count_left`], by reason.
+///
+/// # Safety
+/// `rp` is a registered return probe.
+pub unsafe fn left_counts(rp: *mut Uretprobe) -> [usize; 3] {
+    // SAFETY: as in `count_left`; the caller vouches that `rp` is registered.
+    let read = |i: usize| unsafe {
+        AtomicUsize::from_ptr(core::ptr::addr_of_mut!((*rp).u.reserved[i]).cast::<usize>()).load(Ordering::Relaxed)
+    };
+    [read(0), read(1), read(2)]
+}
+
 fn count_missed(rp: *mut Uretprobe) {
     // SAFETY: `nmissed` is an aligned unsigned long of a registered probe object; the runtime
     // only ever updates it atomically.
@@ -81,21 +114,31 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
     let ret = unsafe { *(slot as *const usize) };
     let tramp = trampoline();
     with_stack(thread::current(), |st| {
-        // A frame at this very slot is dead unless this is a tail call from a hooked frame.
-        st.drop_dead(slot, ret != tramp);
-        let orig = if ret == tramp {
-            match st.top() {
-                Some(top) if top.slot == slot => top.orig,
+        // A return address that is already the trampoline's: a hooked function tail-called
+        // this one, whose return is the same.
+        let chained = ret == tramp;
+        st.collect(slot, chained, tramp, false, &mut |f, why| count_left(f, why));
+        let orig = if chained {
+            match st.find(slot) {
+                Lookup::Found(i) => st.frames[i].orig,
                 // A hooked address with no record cannot be followed: leave this call alone.
-                _ => return count_missed(rp),
+                Lookup::Missing => return count_missed(rp),
             }
         } else {
             ret
         };
-        let pending = st.frames[..st.depth].iter().filter(|f| f.rp == rp).count();
         let size = (core::mem::size_of::<UretprobeInstance>() + probe.data_size + 15) & !15;
-        if st.depth == MAX_FRAMES || pending >= maxactive(probe) || st.arena_top + size > ARENA_SIZE {
-            return count_missed(rp);
+        let full = |st: &ReturnStack| {
+            st.depth == MAX_FRAMES || st.pending(rp) >= maxactive(probe) || st.arena_top + size > ARENA_SIZE
+        };
+        if full(st) {
+            // Records of calls left without returning, and the gaps of calls that returned on
+            // another stack, may hold the room: look at them all.
+            st.collect(slot, chained, tramp, true, &mut |f, why| count_left(f, why));
+            st.compact();
+            if full(st) {
+                return count_missed(rp);
+            }
         }
         let offset = st.arena_top;
         let ri = st.instance(offset);
@@ -112,7 +155,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
             }
         }
         st.arena_top = offset + size;
-        st.frames[st.depth] = Frame { rp, pp: pp as *const ProbePoint as usize, slot, orig, instance: offset };
+        st.frames[st.depth] = Frame { rp, pp: pp as *const ProbePoint as usize, slot, orig, instance: offset, size };
         st.depth += 1;
         // SAFETY: the slot holds this call's return address; the function has not run yet.
         unsafe { *(slot as *mut usize) = tramp };
@@ -135,15 +178,17 @@ extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
     let saved_errno = t.errno();
     let mut resume = 0;
     with_stack(t, |st| {
-        st.drop_dead(slot, false);
-        while let Some(top) = st.top().copied().filter(|f| f.slot == slot) {
-            resume = top.orig;
-            regs.rip = top.orig as u64;
+        // Every record of this slot: the call, and the calls it tail-called, newest first.
+        while let Lookup::Found(i) = st.find(slot) {
+            let frame = st.frames[i];
+            resume = frame.orig;
+            regs.rip = frame.orig as u64;
             if !quiet {
-                run_return_handler(t, &top, st.instance(top.instance), regs);
+                run_return_handler(t, &frame, st.instance(frame.instance), regs);
             }
-            st.pop();
+            st.remove(i);
         }
+        st.collect(slot, true, trampoline(), false, &mut |f, why| count_left(f, why));
     });
     if resume == 0 {
         output::message_fixed(b"uprobe-run: fatal: a return reached the trampoline with no record, slot ", slot);
@@ -209,13 +254,42 @@ pub fn rehook_returns() {
     with_records(|st| st.rehook_all(trampoline()));
 }
 
-/// An exception was caught in the frame whose return slot is just below `slot`: the frames
-/// below it are gone; hooks the returns of those still live again.
+/// An exception is thrown (or thrown again) with the stack pointer near `sp`: the real return
+/// addresses go back on the stack for the unwinder, and the calls from `sp` up to where it is
+/// caught will be forgotten then.
+pub fn throwing(sp: usize) {
+    with_records(|st| {
+        if st.thrown_at == 0 || sp < st.thrown_at {
+            st.thrown_at = sp;
+        }
+        st.restore_all(trampoline());
+    });
+}
+
+/// An exception was caught in the frame whose return slot is just above `slot`: the calls
+/// between the throw and it are gone; hooks the returns of those still live again.
 pub fn caught_at(slot: usize) {
     with_records(|st| {
-        st.drop_dead(slot, true);
+        st.caught(st.thrown_at, slot, &mut |f, why| count_left(f, why));
+        st.thrown_at = 0;
         st.rehook_all(trampoline());
     });
+}
+
+/// The thread leaves (`pthread_exit`): the real return addresses go back for the unwinder,
+/// and its pending calls will not return.
+pub fn thread_exiting() {
+    with_records(|st| {
+        st.restore_all(trampoline());
+        st.truncate(0, 0, Left::ThreadExit, &mut |f, why| count_left(f, why));
+    });
+}
+
+/// How many calls of `rp` are pending on the calling thread (the one ending the process).
+pub fn pending_here(rp: *mut Uretprobe) -> usize {
+    let mut n = 0;
+    with_records(|st| n = st.pending(rp));
+    n
 }
 
 /// Runs `f` on this thread's records with the thread marked busy (normal context; the

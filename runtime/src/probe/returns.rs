@@ -7,6 +7,7 @@
 //! unwinders' interposers), so never by two at once.
 
 use crate::base::abi::{Uretprobe, UretprobeInstance};
+use crate::base::sys;
 
 /// Pending returns one thread can hold, over all return probes.
 pub const MAX_FRAMES: usize = 256;
@@ -27,11 +28,12 @@ pub struct Frame {
     pub slot: usize,
     /// The real return address.
     pub orig: usize,
-    /// Offset of the instance in the arena.
+    /// Offset of the instance in the arena, and its size.
     pub instance: usize,
+    pub size: usize,
 }
 
-const NO_FRAME: Frame = Frame { rp: core::ptr::null_mut(), pp: 0, slot: 0, orig: 0, instance: 0 };
+const NO_FRAME: Frame = Frame { rp: core::ptr::null_mut(), pp: 0, slot: 0, orig: 0, instance: 0, size: 0 };
 
 /// A thread's pending returns (kept in its `thread::ThreadState`).
 pub struct ReturnStack {
@@ -39,35 +41,181 @@ pub struct ReturnStack {
     pub depth: usize,
     arena: [u64; ARENA_SIZE / 8],
     pub arena_top: usize,
+    /// The stack pointer where the exception being propagated was thrown, or 0.
+    pub thrown_at: usize,
 }
 
 impl ReturnStack {
-    pub const EMPTY: ReturnStack =
-        ReturnStack { frames: [NO_FRAME; MAX_FRAMES], depth: 0, arena: [0; ARENA_SIZE / 8], arena_top: 0 };
+    pub const EMPTY: ReturnStack = ReturnStack {
+        frames: [NO_FRAME; MAX_FRAMES],
+        depth: 0,
+        arena: [0; ARENA_SIZE / 8],
+        arena_top: 0,
+        thrown_at: 0,
+    };
+}
+
+impl Frame {
+    /// A removed record whose space is not reclaimed yet (records above it are live).
+    fn is_gone(&self) -> bool {
+        self.rp.is_null()
+    }
+
+    /// Whether this call can still return through the trampoline: its slot still holds the
+    /// trampoline's address, or its real one while unwinders look (`restore_all`). Read by a
+    /// system call that cannot fault: the stack of a coroutine or a child that is gone reads
+    /// as dead, even where glibc runs with every signal blocked.
+    fn may_return(&self, tramp: usize) -> bool {
+        sys::read_u64_checked(self.slot).is_some_and(|v| v as usize == tramp || v as usize == self.orig)
+    }
+}
+
+/// Why a hooked call will never come back through the trampoline (counted per return probe,
+/// for `--stats`).
+#[derive(Clone, Copy)]
+pub enum Left {
+    /// Its frame was left by `longjmp` or an exception, or its stack is gone.
+    Gone = 0,
+    /// It was made by a child sharing the thread's memory (`posix_spawn`), which exec'd.
+    Child = 1,
+    /// Its thread exited (`pthread_exit`) with the call pending.
+    ThreadExit = 2,
+}
+
+/// What the records say about one return.
+pub enum Lookup {
+    /// The newest record for the slot.
+    Found(usize),
+    Missing,
 }
 
 impl ReturnStack {
-    pub fn top(&self) -> Option<&Frame> {
-        self.depth.checked_sub(1).map(|i| &self.frames[i])
+    /// The records in use, oldest first (removed ones included, see [`Frame::is_gone`]).
+    pub fn live(&self) -> impl Iterator<Item = (usize, &Frame)> {
+        self.frames[..self.depth].iter().enumerate().filter(|(_, f)| !f.is_gone())
     }
 
-    pub fn pop(&mut self) -> Frame {
-        self.depth -= 1;
-        let frame = self.frames[self.depth];
-        self.arena_top = frame.instance;
-        frame
+    /// The newest record of the call whose return address sits at `slot`. Several calls may
+    /// share a slot (a hooked function that tail-calls another); the newest returns first.
+    pub fn find(&self, slot: usize) -> Lookup {
+        match (0..self.depth).rev().find(|&i| !self.frames[i].is_gone() && self.frames[i].slot == slot) {
+            Some(i) => Lookup::Found(i),
+            None => Lookup::Missing,
+        }
     }
 
-    /// Drops the records of frames left without returning: those whose slot is below `rsp`
-    /// (or at it, when `inclusive`).
-    pub fn drop_dead(&mut self, rsp: usize, inclusive: bool) {
-        while let Some(top) = self.top() {
-            if top.slot < rsp || (inclusive && top.slot == rsp) {
-                self.pop();
+    /// Takes record `i` out, and reclaims the space of removed records at the top.
+    pub fn remove(&mut self, i: usize) {
+        self.frames[i].rp = core::ptr::null_mut();
+        self.remove_top_gone();
+    }
+
+    /// How many records `rp` has pending.
+    pub fn pending(&self, rp: *mut Uretprobe) -> usize {
+        self.live().filter(|(_, f)| f.rp == rp).count()
+    }
+
+    /// Forgets the records of calls that can no longer return, as a new call's return address
+    /// is stored at `slot` (an entry) or a return leaves from it:
+    /// - a record at `slot` itself belongs to an earlier call whose frame is gone (its slot now
+    ///   holds another return address), unless the new call is a tail call of it (`chained`);
+    /// - records newer than every live one below `slot` whose slot no longer holds the
+    ///   trampoline's address: frames left by `longjmp` or an exception, whose stack was reused.
+    ///
+    /// A record below `slot` whose slot still holds the trampoline stays: it may be a frame
+    /// of another stack (a coroutine suspended by `swapcontext` or a hand-written switch),
+    /// which must survive the thread running elsewhere; such records are found by exact slot
+    /// when their return comes. With `sweep`, every record is checked, not only the newest.
+    /// `left` hears of each record forgotten.
+    pub fn collect(
+        &mut self,
+        slot: usize,
+        chained: bool,
+        tramp: usize,
+        sweep: bool,
+        left: &mut dyn FnMut(&Frame, Left),
+    ) {
+        for i in 0..self.depth {
+            let f = self.frames[i];
+            if f.is_gone() {
+                continue;
+            }
+            if (f.slot == slot && !chained) || (sweep && !f.may_return(tramp)) {
+                left(&f, Left::Gone);
+                self.frames[i].rp = core::ptr::null_mut();
+            }
+        }
+        self.remove_top_gone();
+        while let Some(top) = self.depth.checked_sub(1).map(|i| self.frames[i]) {
+            if top.slot < slot && !top.may_return(tramp) {
+                left(&top, Left::Gone);
+                self.remove(self.depth - 1);
             } else {
                 break;
             }
         }
+    }
+
+    /// Forgets every record above `depth` (their calls will not return: `why`, told to
+    /// `left`).
+    pub fn truncate(&mut self, depth: usize, arena_top: usize, why: Left, left: &mut dyn FnMut(&Frame, Left)) {
+        for f in &self.frames[depth.min(self.depth)..self.depth] {
+            if !f.is_gone() {
+                left(f, why);
+            }
+        }
+        if self.depth > depth {
+            self.depth = depth;
+            self.arena_top = arena_top;
+        }
+    }
+
+    /// Closes the gaps that removed records leave below live ones (calls that returned on one
+    /// stack while another stack's calls are pending above them): records and instances move
+    /// down, in order. Between hits no instance is in use, so moving them is safe.
+    pub fn compact(&mut self) {
+        let mut kept = 0;
+        let mut top = 0;
+        for i in 0..self.depth {
+            let mut f = self.frames[i];
+            if f.is_gone() {
+                continue;
+            }
+            if f.instance != top {
+                self.arena_bytes().copy_within(f.instance..f.instance + f.size, top);
+                f.instance = top;
+            }
+            top += f.size;
+            self.frames[kept] = f;
+            kept += 1;
+        }
+        self.depth = kept;
+        self.arena_top = top;
+    }
+
+    fn arena_bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the arena is plain memory of this stack, ARENA_SIZE bytes long.
+        unsafe { core::slice::from_raw_parts_mut(self.arena.as_mut_ptr().cast::<u8>(), ARENA_SIZE) }
+    }
+
+    fn remove_top_gone(&mut self) {
+        while self.depth > 0 && self.frames[self.depth - 1].is_gone() {
+            self.depth -= 1;
+            self.arena_top = self.frames[self.depth].instance;
+        }
+    }
+
+    /// An exception thrown at stack pointer `thrown_at` (0: unknown) is caught by the frame
+    /// whose return slot is just above `catch_slot`: the calls in between are gone.
+    pub fn caught(&mut self, thrown_at: usize, catch_slot: usize, left: &mut dyn FnMut(&Frame, Left)) {
+        for i in 0..self.depth {
+            let f = self.frames[i];
+            if !f.is_gone() && f.slot <= catch_slot && (thrown_at == 0 || f.slot >= thrown_at) {
+                left(&f, Left::Gone);
+                self.frames[i].rp = core::ptr::null_mut();
+            }
+        }
+        self.remove_top_gone();
     }
 
     pub fn instance(&mut self, offset: usize) -> *mut UretprobeInstance {
@@ -76,24 +224,21 @@ impl ReturnStack {
 
     /// Puts the real return addresses back on the stack where the trampoline's (`tramp`) is.
     pub fn restore_all(&mut self, tramp: usize) {
-        for f in &self.frames[..self.depth] {
-            // SAFETY: `slot` is a live stack slot of this thread that held its return address.
-            unsafe {
-                if *(f.slot as *const usize) == tramp {
-                    *(f.slot as *mut usize) = f.orig;
-                }
+        for (_, f) in self.live() {
+            if sys::read_u64_checked(f.slot) == Some(tramp as u64) {
+                // SAFETY: the slot was just read, so it is mapped; it holds the trampoline's
+                // address, which only a hooked return address of this record can be.
+                unsafe { *(f.slot as *mut usize) = f.orig };
             }
         }
     }
 
     /// Hooks the returns of the recorded frames again, to the trampoline at `tramp`.
     pub fn rehook_all(&mut self, tramp: usize) {
-        for f in &self.frames[..self.depth] {
-            // SAFETY: as in `restore_all`; only slots still holding their real address change.
-            unsafe {
-                if *(f.slot as *const usize) == f.orig {
-                    *(f.slot as *mut usize) = tramp;
-                }
+        for (_, f) in self.live() {
+            if sys::read_u64_checked(f.slot) == Some(f.orig as u64) {
+                // SAFETY: as in `restore_all`; only slots still holding their real address change.
+                unsafe { *(f.slot as *mut usize) = tramp };
             }
         }
     }

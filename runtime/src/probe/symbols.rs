@@ -15,6 +15,7 @@ use crate::base::maps::{self, Mapping};
 use crate::base::sys;
 use crate::probe::error::RegisterError;
 use crate::probe::table::{ProbePoint, INT3, MAX_PATCH};
+use crate::probe::traps;
 
 /// The address space and the ELF files behind it.
 #[derive(Default)]
@@ -27,6 +28,8 @@ pub struct View {
     main_path: Option<String>,
     /// Every probe point made, by address (to find those inside a function's bytes).
     points: BTreeMap<usize, &'static ProbePoint>,
+    /// The run-time addresses of the functions of `traps`, per libc module path.
+    trap_unsafe: BTreeMap<String, BTreeMap<usize, (&'static str, &'static str)>>,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
@@ -84,6 +87,7 @@ impl View {
             generation: (0, 0),
             main_path: None,
             points: BTreeMap::new(),
+            trap_unsafe: BTreeMap::new(),
         }
     }
 
@@ -172,6 +176,36 @@ impl View {
         let (_, info, bias) = self.module_at(addr)?;
         let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
         Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
+    }
+
+    /// The function at `start` (in the module holding `addr`) if glibc runs it with every
+    /// signal blocked (`traps`), with where; IFUNCs count by the implementation chosen.
+    pub fn trap_unsafe(&mut self, addr: usize, start: usize) -> Option<(&'static str, &'static str)> {
+        self.maps(Some(addr));
+        let module = self.modules.as_ref()?.iter().find(|m| m.holds(addr))?.clone();
+        if !traps::is_libc(&module.path) {
+            return None;
+        }
+        if !self.trap_unsafe.contains_key(&module.path) {
+            let mut at = BTreeMap::new();
+            for &(name, why) in traps::list() {
+                if let Some(a) = self.symbol_in(&module, name) {
+                    at.entry(a).or_insert((name, why));
+                }
+            }
+            self.trap_unsafe.insert(module.path.clone(), at);
+        }
+        self.trap_unsafe.get(&module.path)?.get(&start).copied()
+    }
+
+    /// The names of every symbol of the module holding `addr` that starts exactly there
+    /// (aliases: `_setjmp` and `setjmp` may share code).
+    pub fn names_at(&mut self, addr: usize) -> Vec<String> {
+        let Some((_, info, bias)) = self.module_at(addr) else { return Vec::new() };
+        let value = addr.wrapping_sub(bias) as u64;
+        let symbols = info.symbols();
+        let first = symbols.partition_point(|s| s.value < value);
+        symbols[first..].iter().take_while(|s| s.value == value).map(|s| s.name.clone()).collect()
     }
 
     /// The run-time address of `name` in `module`, following IFUNCs to their implementation.

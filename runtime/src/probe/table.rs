@@ -43,6 +43,11 @@ pub struct ProbePoint {
     pub tail_patched: AtomicBool,
     /// Whether the point waits in an open placement batch for its bytes to be written.
     pub queued: AtomicBool,
+    /// Where glibc runs this code with every signal blocked, if it does (`traps`): the point
+    /// must take a jump, an `int3` there would kill the process.
+    pub trap_unsafe: Option<&'static str>,
+    /// Whether the runtime said already that something else changed this site's code.
+    pub changed_reported: AtomicBool,
 }
 
 /// A jump ready to be written: its stub is built and stays for the life of the process.

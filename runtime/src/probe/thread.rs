@@ -38,8 +38,6 @@ pub struct ThreadState {
     /// The thread's reader slot in `rcu`, plus one; 0: none claimed yet; `u32::MAX`: none to
     /// be had (the thread uses the shared counters).
     pub reader: Cell<u32>,
-    /// The address of this thread's errno, once known (see [`errno`]).
-    errno_at: Cell<*mut i32>,
 }
 
 thread_local! {
@@ -53,7 +51,6 @@ thread_local! {
             reader: Cell::new(0),
             handling: Cell::new(0),
             returns: UnsafeCell::new(ReturnStack::EMPTY),
-            errno_at: Cell::new(core::ptr::null_mut()),
         }
     };
 }
@@ -67,27 +64,15 @@ pub fn current() -> &'static ThreadState {
 }
 
 impl ThreadState {
-    /// This thread's errno slot. The first call asks libc (`__errno_location`, which may be
-    /// probed): call it only with the thread marked busy.
-    fn errno_slot(&self) -> *mut i32 {
-        let mut at = self.errno_at.get();
-        if at.is_null() {
-            at = crate::base::sys::errno_location();
-            self.errno_at.set(at);
-        }
-        at
-    }
-
-    /// Reads errno (busy threads only, see `errno_slot`).
+    /// Reads errno (no call into libc: see `base::sys::errno_location`).
     pub fn errno(&self) -> i32 {
-        // SAFETY: the slot is this thread's errno, valid for the thread's life.
-        unsafe { *self.errno_slot() }
+        crate::base::sys::errno()
     }
 
-    /// Writes errno (busy threads only, see `errno_slot`).
+    /// Writes errno.
     pub fn set_errno(&self, value: i32) {
-        // SAFETY: as in `errno`.
-        unsafe { *self.errno_slot() = value }
+        // SAFETY: the slot is this thread's errno, valid for the thread's life.
+        unsafe { *crate::base::sys::errno_location() = value }
     }
 
     /// Whether a hit now is the runtime's own, or comes from inside a handler or a handler
