@@ -260,3 +260,25 @@ pub fn stats(run: &Run) -> Stats {
         traps_in_runtime: number_after("SIGTRAPs in the runtime ") as u64,
     }
 }
+
+/// The tracefs directory with a writable `uprobe_events` (kernel uprobes, the reference the
+/// tests compare against), mounting it where it is not and the tests run as root; None, with
+/// the reason, where the machine has none.
+pub fn tracefs() -> Result<PathBuf, String> {
+    let candidates = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+    let usable = |d: &str| {
+        let events = Path::new(d).join("uprobe_events");
+        std::fs::OpenOptions::new().append(true).open(&events).is_ok().then(|| PathBuf::from(d))
+    };
+    if let Some(d) = candidates.iter().find_map(|d| usable(d)) {
+        return Ok(d);
+    }
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).output();
+        if let Some(d) = usable("/sys/kernel/tracing") {
+            return Ok(d);
+        }
+    }
+    Err("no writable tracefs uprobe_events (needs root and a kernel with CONFIG_UPROBE_EVENTS)".into())
+}
