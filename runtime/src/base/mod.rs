@@ -7,7 +7,8 @@
 //! - [`maps`], [`elf`]: the address space and ELF symbol tables (parsing is pure);
 //! - [`spec`]: what `uprobe-run` passes in the environment; [`abi`]: the `repr(C)` types of
 //!   `include/uprobe.h`;
-//! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters.
+//! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters;
+//! - [`usercopy`]: reads of memory that may not be there (fetchargs through bad pointers).
 //!
 //! Context: each function says whether it is signal-safe; parsing code is pure.
 
@@ -27,3 +28,5 @@ pub mod spec;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
+#[allow(unsafe_code)]
+pub mod usercopy;

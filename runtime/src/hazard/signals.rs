@@ -25,7 +25,7 @@ use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::output;
+use crate::base::{output, usercopy};
 use crate::hazard::faults;
 use crate::hazard::interpose::{next, Next};
 
@@ -132,10 +132,8 @@ fn install_fault_handler(sig: c_int) -> c_int {
     let handler = program.handler.load(Ordering::Acquire);
     let flags = program.flags.load(Ordering::Relaxed);
     sa.sa_mask = set_of(program.mask.load(Ordering::Relaxed) & !TRAP_BIT);
-    if handler == libc::SIG_IGN {
-        sa.sa_sigaction = libc::SIG_IGN;
-        sa.sa_flags = flags;
-    } else if handler == libc::SIG_DFL {
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // SIG_IGN too: a fetcharg's read through a bad pointer must still reach `on_fault`.
         sa.sa_sigaction = on_fault as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
     } else {
@@ -244,8 +242,16 @@ pub unsafe fn foreign_trap(addr: usize, info: *mut libc::siginfo_t, ctx: *mut c_
 
 /// The runtime's SIGSEGV/SIGBUS handler (signal context).
 extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let (code, fault_addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
+    // register array is ours to edit until the handler returns.
+    let (code, fault_addr, gregs) = unsafe {
+        ((*info).si_code, (*info).si_addr() as usize, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs)
+    };
+    // A fetcharg read through a bad pointer: the copy resumes at its fixup and reports it.
+    if let Some(to) = usercopy::fixup(gregs[libc::REG_RIP as usize] as usize) {
+        gregs[libc::REG_RIP as usize] = to as i64;
+        return;
+    }
     if let Some(probe) = faults::current() {
         faults::report(probe, sig, fault_addr);
         output::flush();
@@ -263,6 +269,10 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     let flags = program.flags.load(Ordering::Relaxed);
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
         if code <= 0 {
+            // Sent by kill() or sigqueue(): ignored where the program said so.
+            if handler == libc::SIG_IGN {
+                return;
+            }
             return die_by(sig);
         }
         // SAFETY: as above.
