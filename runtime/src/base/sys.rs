@@ -113,6 +113,15 @@ pub fn mmap_anon(len: usize) -> Result<usize, Errno> {
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
 }
 
+/// Reserves `len` bytes of anonymous read-write memory that costs nothing until touched
+/// (MAP_NORESERVE): per-thread buffers sized for the worst case.
+pub fn mmap_reserve(len: usize) -> Result<usize, Errno> {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as usize;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as usize;
+    // SAFETY: an anonymous private mapping with no fixed address touches no existing memory.
+    unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
+}
+
 /// Gives back a mapping made by one of the `mmap_*` functions.
 ///
 /// # Safety
@@ -314,6 +323,38 @@ pub fn gs_base() -> u64 {
     // SAFETY: ARCH_GET_GS writes one u64 to the pointer we pass.
     let _ = unsafe { call(Call::Other, libc::SYS_arch_prctl, [0x1004, &mut base as *mut u64 as usize, 0, 0, 0, 0]) };
     base
+}
+
+/// The calling thread's name (`prctl(PR_GET_NAME)`), NUL-padded.
+pub fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes to the buffer we pass.
+    let _ = unsafe {
+        call(Call::Other, libc::SYS_prctl, [libc::PR_GET_NAME as usize, name.as_mut_ptr() as usize, 0, 0, 0, 0])
+    };
+    name
+}
+
+/// Sets the calling thread's signal mask to `mask` (signals 1..=64 as bits 0..=63) and
+/// returns the old one; a raw call, past the interposed `sigprocmask`.
+pub fn set_signal_mask(mask: u64) -> u64 {
+    let mut old: u64 = 0;
+    // SAFETY: rt_sigprocmask reads and writes one 8-byte kernel sigset each.
+    let _ = unsafe {
+        call(
+            Call::Other,
+            libc::SYS_rt_sigprocmask,
+            [libc::SIG_SETMASK as usize, &mask as *const u64 as usize, &mut old as *mut u64 as usize, 8, 0, 0],
+        )
+    };
+    old
+}
+
+/// Sleeps for `ns` nanoseconds (or until a signal).
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+    // SAFETY: nanosleep reads one timespec; no remainder is asked for.
+    let _ = unsafe { call(Call::Other, libc::SYS_nanosleep, [&ts as *const libc::timespec as usize, 0, 0, 0, 0, 0]) };
 }
 
 pub fn sched_yield() {
