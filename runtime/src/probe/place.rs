@@ -10,7 +10,7 @@
 //!
 //! Normal context, under the registry lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::base::maps::Mapping;
 use crate::base::sys;
@@ -177,6 +177,41 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
     Ok(pp)
 }
 
+/// How a probe at `addr` would be placed, found as [`prepare`] finds it but without making
+/// anything (listing what can be probed): a jump, the `int3` and why, or the refusal.
+pub fn assess(view: &mut View, addr: usize) -> Result<Strategy, RegisterError> {
+    let maps = view.maps(Some(addr));
+    let mapping = crate::base::maps::find(&maps, addr).filter(|m| m.exec).ok_or(RegisterError::NotCode(addr))?;
+    if mapping.contains(runtime_addr()) {
+        return Err(RegisterError::InRuntime(addr));
+    }
+    if addr == tls_get_addr() {
+        return Err(RegisterError::UsedByHitPath(addr, "__tls_get_addr"));
+    }
+    let f = view.function_code(addr).ok_or(RegisterError::Undecodable(addr))?;
+    decode::check_boundary(&f.bytes, f.start as u64, addr as u64).map_err(|source| RegisterError::NotBoundary {
+        addr,
+        function: f.name.clone(),
+        source,
+    })?;
+    let insn = decode::decode_at(&f.bytes[addr - f.start..], addr as u64).ok_or(RegisterError::Undecodable(addr))?;
+    decode::plan(&insn).map_err(|source| match source {
+        PlanError::Breakpoint => RegisterError::ForeignBreakpoint(addr),
+        _ => RegisterError::Unsupported { addr, source },
+    })?;
+    if !OPTIMIZE.load(Ordering::Relaxed) {
+        return Ok(Strategy::Int3(NoJump::Disabled));
+    }
+    if f.start != addr {
+        return Ok(Strategy::Int3(NoJump::NotEntry));
+    }
+    Ok(match jump::plan(&f.bytes, addr as u64, &f.padding) {
+        Ok(plan) if plan.patch_len > MAX_PATCH => Strategy::Int3(NoJump::TooShort { len: plan.patch_len as u64 }),
+        Ok(_) => Strategy::Jump,
+        Err(why) => Strategy::Int3(why),
+    })
+}
+
 /// The jump a point at `addr` may take, its stub built: only at a function's entry, and only
 /// when jumps are on.
 fn jump_for(
@@ -217,6 +252,11 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     Ok(JumpPrep { patch_len: plan.patch_len, orig, stub })
 }
 
+/// Threads of the runtime itself (the trace drain thread): they never run the program's code
+/// while a batch is written (they call into libc only under the registry lock, which the
+/// writer holds), so they do not count against a process being alone.
+pub static RUNTIME_THREADS: AtomicU32 = AtomicU32::new(0);
+
 /// Set while every other thread of the process is held stopped at a safe place (attach):
 /// jumps may then be written although the process has other threads.
 pub static WORLD_STOPPED: AtomicBool = AtomicBool::new(false);
@@ -234,8 +274,8 @@ fn alone() -> bool {
     let Ok(status) = sys::read_file(c"/proc/self/status") else { return false };
     String::from_utf8_lossy(&status)
         .lines()
-        .find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim() == "1"))
-        .unwrap_or(false)
+        .find_map(|l| l.strip_prefix("Threads:").and_then(|n| n.trim().parse::<u32>().ok()))
+        .is_some_and(|n| n <= 1 + RUNTIME_THREADS.load(Ordering::SeqCst))
 }
 
 /// Why `pp` may not take its jump in this batch (None: it may). `targets` are the batch's
