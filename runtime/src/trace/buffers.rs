@@ -10,7 +10,7 @@
 //! on the drain thread or at start-up and fork.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::sys;
 
@@ -55,6 +55,19 @@ static KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Hits of threads that found no free ring (also counted per event).
 pub static NO_RING: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicI32 = AtomicI32::new(0);
+/// Set when the stream ends (process exit): hits after it record nothing.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the stream has ended (hit path).
+#[inline]
+pub fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
+/// Ends the stream: later hits record nothing.
+pub fn close() {
+    CLOSED.store(true, Ordering::SeqCst);
+}
 
 thread_local! {
     /// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had.

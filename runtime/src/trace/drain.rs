@@ -12,7 +12,7 @@
 //! Context: its own thread (normal context), and process exit for [`finish`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::base::lock::Mutex;
 use crate::base::{output, sys};
@@ -37,14 +37,6 @@ pub enum Format {
 }
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
-/// Set by [`finish`]: hits after it record nothing.
-static CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the stream has ended (hit path).
-#[inline]
-pub fn closed() -> bool {
-    CLOSED.load(Ordering::Relaxed)
-}
 
 /// One record taken out of a ring.
 struct Staged {
@@ -173,7 +165,7 @@ pub fn after_fork() {
 
 /// Ends the stream: writes every record left, then the drops per event (process exit).
 pub fn finish() {
-    CLOSED.store(true, Ordering::SeqCst);
+    buffers::close();
     deferred::inside(|| {
         pass(true);
     });

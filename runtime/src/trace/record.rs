@@ -62,7 +62,7 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 #[inline(always)]
 fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
     let (clock, cpu) = clock::now();
-    if crate::trace::drain::closed() {
+    if buffers::closed() {
         return;
     }
     let Some(ring) = buffers::mine() else {
