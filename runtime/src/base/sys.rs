@@ -122,6 +122,15 @@ pub fn mmap_reserve(len: usize) -> Result<usize, Errno> {
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
 }
 
+/// Makes the pages of `[addr, addr + len)` present and writable without changing their
+/// contents (MADV_POPULATE_WRITE, Linux 5.14): a ring's next pages, faulted in by the drain
+/// thread instead of the hit path. Where the kernel lacks it, nothing happens.
+pub fn populate_write(addr: usize, len: usize) {
+    const MADV_POPULATE_WRITE: usize = 23;
+    // SAFETY: the advice only faults pages in; the range is a reservation of ours.
+    let _ = unsafe { call(Call::Other, libc::SYS_madvise, [addr, len, MADV_POPULATE_WRITE, 0, 0, 0]) };
+}
+
 /// Gives back a mapping made by one of the `mmap_*` functions.
 ///
 /// # Safety

@@ -25,6 +25,8 @@ use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
 
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
+/// How far past a ring's head the drain thread faults pages in.
+const PREFAULT: usize = 4 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
 
@@ -201,6 +203,7 @@ fn pass(last: bool) -> bool {
         if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
             st.comms.insert(key, (generation, comm_of(tid)));
         }
+        ring.prefault(PREFAULT);
         if released {
             let name: Vec<u8> = ring.comm.iter().flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes()).collect();
             let name: Vec<u8> = name.into_iter().take_while(|&b| b != 0).collect();

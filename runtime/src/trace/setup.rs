@@ -170,7 +170,7 @@ fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<
     let needs_entry = d.args.iter().any(|a| uses_arg(&a.fetch));
     match &d.place {
         Place::Address(a) => {
-            if needs_entry && !view.function_code(*a as usize).is_some_and(|f| f.start == *a as usize) {
+            if needs_entry && view.function_code(*a as usize).is_none_or(|f| f.start != *a as usize) {
                 return Err(fail(format!("a function's entry for $argN, not {a:#x}")));
             }
             Ok(vec![(named(d.default_name(None)), None, *a as usize)])
