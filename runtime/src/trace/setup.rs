@@ -201,7 +201,15 @@ fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<
         }
         Place::Symbol { module, name, offset } => {
             let candidates: Vec<&LoadedModule> = match module {
-                Some(m) => modules.iter().filter(|x| elf::module_matches(&x.path, m)).collect(),
+                Some(m) => {
+                    // A relative path names the file it leads to, as for PATH:OFFSET.
+                    let canonical = m.contains('/').then(|| std::fs::canonicalize(m).ok()).flatten();
+                    let canonical = canonical.map(|p| p.display().to_string());
+                    modules
+                        .iter()
+                        .filter(|x| elf::module_matches(&x.path, m) || Some(&x.path) == canonical.as_ref())
+                        .collect()
+                }
                 None if def::is_glob(name) => modules.iter().take(1).collect(),
                 None => modules.iter().collect(),
             };
