@@ -10,14 +10,16 @@
 //!   HITCOST_NO_BUILD=1  measure target/release/uprobe-run and libuprobe.so as they are,
 //!                 without running `cargo build --release` first
 //!   HITCOST_ONLY  comma-separated engines to run (sigtrap, int3, jump, kernel, ptrace-ool,
-//!                 ptrace, ptrace-xcpu) and/or `startup`; the baseline rows always run
+//!                 ptrace, ptrace-xcpu), `startup` and/or `trace` (an event with a register
+//!                 and a string fetcharg: uprobe-run -e against the kernel's trace event);
+//!                 the baseline rows always run
 
 use std::fs;
 use std::str::FromStr;
 use uprobe_bench::elf;
 use uprobe_bench::engines::kernel::KernelProbes;
 use uprobe_bench::engines::uprobe_run::UprobeRun;
-use uprobe_bench::engines::{plain, Engine, Engines, Failure, Job, Kind};
+use uprobe_bench::engines::{plain, Engine, Engines, Failure, Job, Kind, Measurement};
 use uprobe_bench::fixture::{self, Paths, FUNCTIONS, GENERATED_FUNCTIONS};
 use uprobe_bench::machine::Machine;
 use uprobe_bench::report::{fmt_ns, HitRow, Report, StartupRow};
@@ -268,6 +270,56 @@ fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
     configs.into_iter().map(|(row, _)| row).collect()
 }
 
+/// The event rows: (label, ns per hit over the plain call, median) for a counting jump probe,
+/// uprobe-run's event and the kernel's trace event with the same definition.
+fn measure_trace(engines: &Engines, settings: &Settings) -> Vec<(String, Result<f64, String>)> {
+    use uprobe_bench::engines::trace;
+    let median = |f: &dyn Fn() -> Result<Measurement, Failure>| -> Result<f64, String> {
+        let mut samples = Vec::new();
+        for _ in 0..settings.runs {
+            samples.push(f().map_err(|e| e.reason().to_string())?.ns_per_call());
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok(samples[samples.len() / 2])
+    };
+    let job = |engine, hits| Job { engine, kind: Kind::Entry, function: "f_push", threads: 1, hits };
+    let baseline = median(&|| engines.run(&job(Engine::None, 5_000_000)));
+    let over = |r: Result<f64, String>| match (&baseline, r) {
+        (Ok(b), Ok(v)) => Ok(v - b),
+        (Err(e), _) => Err(e.clone()),
+        (_, Err(e)) => Err(e),
+    };
+    let counting = over(median(&|| engines.run(&job(Engine::Jump, 5_000_000))));
+    let ours = over(match &engines.uprobe_run {
+        Ok(u) => median(&|| trace::run_uprobe_run(&u.bin, &engines.fixture, 1_000_000, &engines.scratch)),
+        Err(e) => Err(e.clone()),
+    });
+    let kernel = over(median(&|| trace::run_kernel(&engines.fixture, 200_000, &engines.scratch)));
+    vec![
+        ("jump probe, counting handler (bench_handler.so)".into(), counting),
+        ("uprobe-run -e, the event recorded (jump probe)".into(), ours),
+        ("kernel uprobe trace event, same definition (tracefs)".into(), kernel),
+    ]
+}
+
+fn print_trace(rows: &[(String, Result<f64, String>)], runs: usize, def: &str) {
+    println!("\nEvents: {def}\n(ns/hit over the plain call, median of {runs})");
+    let value = |i: usize| rows.get(i).and_then(|r| r.1.as_ref().ok().copied());
+    for (i, (label, r)) in rows.iter().enumerate() {
+        match r {
+            Ok(ns) => {
+                let ratio = match i {
+                    1 => value(0).map(|c| format!("  {:.2}x the counting jump probe", ns / c)),
+                    2 => value(1).map(|o| format!("  {:.1}x uprobe-run's event", ns / o)),
+                    _ => None,
+                };
+                println!("  {label:<56} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
+            }
+            Err(e) => println!("  {label:<56} unavailable: {e}"),
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench targets without it,
     // and a test run is no place for minutes of measurements.
@@ -296,9 +348,15 @@ fn main() {
     let mut rows = plan(&settings);
     measure(&engines, &mut rows, &settings);
     let startup = if settings.wanted("startup") { measure_startup(&engines, &settings) } else { Vec::new() };
+    let trace_rows = if settings.wanted("trace") { measure_trace(&engines, &settings) } else { Vec::new() };
 
+    let report_fixture = engines.fixture.clone();
     let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup };
     print!("{}", report.table());
+    if !trace_rows.is_empty() {
+        let def = uprobe_bench::engines::trace::definition(&report_fixture).unwrap_or_default();
+        print_trace(&trace_rows, settings.runs, &def);
+    }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");
     for (path, text) in [(&json_path, report.to_json().pretty()), (&svg_path, report.svg())] {

@@ -78,9 +78,77 @@ pub struct Cli {
     #[arg(long)]
     pub no_follow_fork: bool,
 
+    /// Event definition in the kernel's uprobe_events grammar: p|r[:[GRP/]EVENT] WHERE
+    /// [FETCHARGS] (repeatable). Each hit becomes a record on the output.
+    #[arg(short = 'e', long = "event", value_name = "DEF")]
+    pub events: Vec<String>,
+
+    /// File of event definitions, one a line (`#` starts a comment line; repeatable).
+    #[arg(long = "events", value_name = "FILE")]
+    pub event_files: Vec<PathBuf>,
+
+    /// How events are written: text (as the kernel's trace shows them), json (one object a
+    /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<Format>,
+
+    /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
+    /// drops records, counted per event and reported at the end.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub buffer_size: Option<usize>,
+
+    /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
+    /// instead of refusing the run.
+    #[arg(long)]
+    pub lenient: bool,
+
+    /// List the functions that can be probed in PROGRAM and the libraries it loads, with
+    /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
+    #[arg(short = 'l', long)]
+    pub list: bool,
+
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub command: Vec<OsString>,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Chrome,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Chrome => "chrome",
+        }
+    }
+}
+
+/// A size in bytes: `65536`, `64K`, `1M`, `1G`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("expected a size like 65536, 64K or 1M, not {text:?}")),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("expected a size like 65536, 64K or 1M, not {text:?}"))?;
+    match n.checked_shl(shift).filter(|&b| (4096..=1 << 30).contains(&b)) {
+        Some(bytes) => Ok(bytes),
+        None => Err(format!("{text}: a buffer from 4K to 1G")),
+    }
 }
 
 impl Cli {
@@ -161,6 +229,33 @@ mod tests {
     #[test]
     fn no_program_is_not_a_clap_error() {
         assert!(parse(&["--handlers", "a.so"]).unwrap().command.is_empty());
+    }
+
+    #[test]
+    fn event_options() {
+        let cli = parse(&[
+            "-e",
+            "p t:add a=%di",
+            "--event",
+            "r t:add $retval",
+            "--events",
+            "e.txt",
+            "--format",
+            "json",
+            "--buffer-size",
+            "64K",
+            "--lenient",
+            "./t",
+        ])
+        .unwrap();
+        assert_eq!(cli.events, ["p t:add a=%di", "r t:add $retval"]);
+        assert_eq!(cli.event_files, [PathBuf::from("e.txt")]);
+        assert_eq!((cli.format, cli.buffer_size, cli.lenient), (Some(Format::Json), Some(65536), true));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert!(parse_size("12").is_err() && parse_size("3X").is_err());
+        let cli = parse(&["-l", "str*", "--", "./t"]).unwrap();
+        assert!(cli.list);
+        assert_eq!(cli.command, ["str*", "--", "./t"]);
     }
 
     #[test]

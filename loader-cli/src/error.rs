@@ -51,6 +51,12 @@ pub enum Error {
     Param { param: String, reason: &'static str },
     #[error("{}: {reason}", one_line(&.path.display().to_string()))]
     UnusablePath { path: PathBuf, reason: &'static str },
+    #[error("-e '{}': {reason}", one_line(.def))]
+    Definition { def: String, reason: &'static str },
+    #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]
+    EventsFile { path: PathBuf, source: io::Error },
+    #[error("--list: {0}")]
+    List(&'static str),
     #[error("{}: cannot create output file: {}", .path.display(), describe(.source))]
     Output { path: PathBuf, source: io::Error },
     #[error("{}: cannot execute: {}", .path.display(), describe(.source))]

@@ -1,5 +1,5 @@
-//! The environment handed to the program and the exec itself. See `.notes/INTERFACES.md`
-//! for the contract with the runtime.
+//! The environment handed to the program and the exec itself; `runtime/src/base/spec.rs`
+//! reads what `run_spec` writes.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -24,7 +24,13 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
 
 /// `UPROBE_RUN_SPEC`: `KEY<TAB>VALUE` records, one a line. Paths must be absolute and,
 /// like params, free of newlines (the caller checks).
-pub fn run_spec(handlers: &[PathBuf], params: &[String], output: Option<&Path>, options: &[String]) -> OsString {
+pub fn run_spec(
+    handlers: &[PathBuf],
+    params: &[String],
+    output: Option<&Path>,
+    options: &[String],
+    extra: &[(&str, OsString)],
+) -> OsString {
     let mut records: Vec<Vec<u8>> = Vec::new();
     let mut record = |key: &str, value: &[u8]| {
         records.push([key.as_bytes(), b"\t", value].concat());
@@ -40,6 +46,9 @@ pub fn run_spec(handlers: &[PathBuf], params: &[String], output: Option<&Path>, 
     }
     for option in options {
         record("option", option.as_bytes());
+    }
+    for (key, value) in extra {
+        record(key, value.as_bytes());
     }
     OsString::from_vec(records.join(&b'\n'))
 }
@@ -119,13 +128,14 @@ mod tests {
             &["probes=main,work+4".into(), "x=".into()],
             Some(Path::new("/tmp/out")),
             &["follow-exec".into()],
+            &[("event", "p t:add a=%di".into())],
         );
         assert_eq!(
             spec,
             "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
-             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec"
+             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec\nevent\tp t:add a=%di"
         );
-        assert_eq!(run_spec(&[], &[], None, &[]), "");
+        assert_eq!(run_spec(&[], &[], None, &[], &[]), "");
     }
 
     #[test]

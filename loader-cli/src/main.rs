@@ -14,6 +14,7 @@ use cli::Cli;
 use error::Error;
 use launch::{Candidate, Launch};
 use std::convert::Infallible;
+use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -53,6 +54,7 @@ fn run() -> Result<Infallible, Error> {
         (cli.stats, "stats"),
         (cli.follow_exec, "follow-exec"),
         (cli.no_follow_fork, "no-follow-fork"),
+        (cli.lenient, "lenient"),
     ];
     for (set, name) in flags {
         if set && !options.iter().any(|o| o == name) {
@@ -66,7 +68,33 @@ fn run() -> Result<Infallible, Error> {
     params.extend(cli.params);
     let output = cli.output.or(output);
 
-    let (name, args) = cli.command.split_first().ok_or(Error::NoProgram)?;
+    let mut extra: Vec<(&str, OsString)> = Vec::new();
+    for def in &cli.events {
+        if def.contains('\n') {
+            return Err(Error::Definition { def: def.clone(), reason: "one definition a line: no newline in -e" });
+        }
+        extra.push(("event", def.into()));
+    }
+    for file in &cli.event_files {
+        fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
+        extra.push(("events", spec_path(file)?.into_os_string()));
+    }
+    if let Some(format) = cli.format {
+        extra.push(("format", format.name().into()));
+    }
+    if let Some(size) = cli.buffer_size {
+        extra.push(("buffer-size", size.to_string().into()));
+    }
+    let command = if cli.list {
+        // -l [PATTERN] [--] PROGRAM: the listing runs the program's start-up only.
+        let (pattern, command) = list_arguments(&cli.command)?;
+        extra.push(("list", pattern.unwrap_or_default().into()));
+        handlers.clear();
+        command
+    } else {
+        cli.command.clone()
+    };
+    let (name, args) = command.split_first().ok_or(Error::NoProgram)?;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
 
@@ -95,7 +123,7 @@ fn run() -> Result<Infallible, Error> {
         argv0: name.clone(),
         args: args.to_vec(),
         ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
-        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options),
+        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options, &extra),
     };
     // Last: nothing is created unless the program is about to start.
     if let Some(output) = &output {
@@ -108,6 +136,28 @@ fn run() -> Result<Infallible, Error> {
             .map_err(|source| Error::Output { path: output.clone(), source })?;
     }
     Err(Error::Exec { path: program, source: launch.exec() })
+}
+
+/// `--list`'s words: `[PATTERN] [--] PROGRAM [ARGS]`. One word is the program; with more,
+/// the first is the pattern. (A running process, once attach exists, is listed by the same
+/// runtime entry, `trace::list::list`, called there.)
+fn list_arguments(words: &[OsString]) -> Result<(Option<String>, Vec<OsString>), Error> {
+    match words {
+        [] => Err(Error::List("give the PROGRAM whose functions to list")),
+        [program] => Ok((None, vec![program.clone()])),
+        [dashes, rest @ ..] if dashes == "--" => Ok((None, rest.to_vec())),
+        [pattern, rest @ ..] => {
+            let rest = match rest.split_first() {
+                Some((d, r)) if d == "--" => r.to_vec(),
+                _ => rest.to_vec(),
+            };
+            let pattern = pattern.to_str().ok_or(Error::List("the PATTERN is not UTF-8"))?;
+            if pattern.contains('\n') {
+                return Err(Error::List("the PATTERN contains a newline"));
+            }
+            Ok((Some(pattern.to_owned()), rest))
+        }
+    }
 }
 
 fn load_config(path: &Path) -> Result<config::Config, Error> {

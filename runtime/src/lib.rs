@@ -10,6 +10,7 @@
 //!
 //! The crate is layered; each folder imports only from the ones listed after it:
 //! - [`api`]: the face: the exported C API, handler libraries, start-up;
+//! - [`trace`]: events from `uprobe_events` definitions, their records and the stream;
 //! - [`hazard`]: the process around us: signals, fork, dlopen, descriptors, unwinders;
 //! - [`probe`]: the probe core: table, placement batches, hit dispatch, return probes;
 //! - [`insn`]: instruction work: decoding, emulation, jumps and stubs, the patch protocol;
@@ -21,6 +22,7 @@ pub mod base;
 pub mod hazard;
 pub mod insn;
 pub mod probe;
+pub mod trace;
 
 #[global_allocator]
 static ALLOCATOR: base::alloc::RuntimeAlloc = base::alloc::RuntimeAlloc;

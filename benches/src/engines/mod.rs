@@ -5,6 +5,7 @@
 pub mod kernel;
 pub mod plain;
 pub mod ptrace;
+pub mod trace;
 pub mod uprobe_run;
 
 use crate::fixture::Fixture;

@@ -9,6 +9,7 @@ use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 
 use crate::base::{output, stats};
 use crate::probe::{deferred, report};
+use crate::trace;
 
 type ExitFn = unsafe extern "C" fn();
 
@@ -49,6 +50,8 @@ pub extern "C" fn run_exits() {
         deferred::entry_point(|| unsafe { exit() });
     }
     output::flush();
+    // The event stream ends here, whatever ends the process through this path.
+    trace::drain::finish();
     report::report_missed();
     if stats::PRINT.load(core::sync::atomic::Ordering::Relaxed) {
         report::report_returns();

@@ -7,7 +7,10 @@ use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
 use crate::hazard::{dl, environ, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
-use crate::probe::{dispatch, place, rcu, registry};
+use crate::probe::{deferred, dispatch, place, rcu, registry};
+use crate::trace;
+use crate::trace::drain::Format;
+use crate::trace::setup::{self, Settings};
 
 #[used]
 #[link_section = ".init_array"]
@@ -99,6 +102,30 @@ extern "C" fn init() {
             program_path()
         ));
     }
+    if let Some(pattern) = &spec.list {
+        // `--list`: say what can be probed, and end before the program's constructors.
+        let pattern = Some(pattern.as_str()).filter(|p| !p.is_empty());
+        let found = deferred::inside(|| trace::list::list(pattern, 1));
+        if found == 0 {
+            let _ =
+                sys::write_all(2, format!("uprobe-run: no function matches {}\n", pattern.unwrap_or("")).as_bytes());
+        }
+        sys::exit_now(if found == 0 { 1 } else { 0 });
+    }
+    let format = match spec.format.as_deref() {
+        Some("json") => Format::Json,
+        Some("chrome") => Format::Chrome,
+        _ => Format::Text,
+    };
+    let settings = Settings {
+        events: spec.events.clone(),
+        files: spec.event_files.clone(),
+        format,
+        buffer_size: spec.buffer_size.unwrap_or(setup::DEFAULT_BUFFER),
+        lenient: spec.options.lenient,
+        followed_exec: spec.options.followed_exec,
+    };
+    setup::start(&settings);
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
             // Fail open: the runtime said once that it is off, the program runs unprobed.

@@ -86,6 +86,8 @@ pub struct ElfInfo {
     by_name: HashMap<String, usize>,
     /// (file offset, link-time address) of each loadable segment.
     segments: Vec<(u64, u64)>,
+    /// (file offset, link-time address, size in the file) of each loadable segment.
+    file_ranges: Vec<(u64, u64, u64)>,
     go: bool,
     /// The size of the largest code symbol: how far back a symbol holding an address may start.
     max_code_size: u64,
@@ -123,9 +125,10 @@ impl ElfInfo {
             by_name.entry(s.name.clone()).or_insert(i);
         }
         let segments = file.segments().map(|s| (s.file_range().0, s.address())).collect();
+        let file_ranges = file.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let go = file.section_by_name(".go.buildinfo").is_some() || by_name.contains_key("runtime.main");
         let max_code_size = symbols.iter().filter(|s| s.code).map(|s| s.size).max().unwrap_or(0);
-        Ok(ElfInfo { symbols, by_name, segments, go, max_code_size })
+        Ok(ElfInfo { symbols, by_name, segments, file_ranges, go, max_code_size })
     }
 
     /// Whether this is a Go program.
@@ -157,6 +160,16 @@ impl ElfInfo {
 
     pub fn symbols(&self) -> &[Symbol] {
         &self.symbols
+    }
+
+    /// The link-time address of file offset `offset` (as tracefs's `PATH:OFFSET` names code).
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        self.file_ranges.iter().find(|&&(o, _, len)| o <= offset && offset < o + len).map(|&(o, v, _)| v + (offset - o))
+    }
+
+    /// The file offset of link-time address `vaddr`.
+    pub fn offset_of_vaddr(&self, vaddr: u64) -> Option<u64> {
+        self.file_ranges.iter().find(|&&(_, v, len)| v <= vaddr && vaddr < v + len).map(|&(o, v, _)| o + (vaddr - v))
     }
 
     /// The load bias of a module whose mapping of file offset `offset` starts at `start`.
@@ -253,6 +266,8 @@ mod tests {
         assert!(sym.size > 0);
         assert_eq!(info.containing(sym.value + 1).map(|s| s.value), Some(sym.value));
         assert!(!info.segments.is_empty());
+        let offset = info.offset_of_vaddr(sym.value).expect("main lies in a segment");
+        assert_eq!(info.vaddr_of_offset(offset), Some(sym.value));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! - [`maps`], [`elf`]: the address space and ELF symbol tables (parsing is pure);
 //! - [`spec`]: what `uprobe-run` passes in the environment; [`abi`]: the `repr(C)` types of
 //!   `include/uprobe.h`;
-//! - [`safe`]: reads of memory that may not be mapped, a fault caught and turned into a failure;
-//! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters.
+//! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters;
+//! - [`usercopy`]: reads of memory that may not be there (fetchargs through bad pointers).
 //!
 //! Context: each function says whether it is signal-safe; parsing code is pure.
 
@@ -24,9 +24,9 @@ pub mod maps;
 pub mod memfns;
 #[allow(unsafe_code)]
 pub mod output;
-#[allow(unsafe_code)]
-pub mod safe;
 pub mod spec;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;
+#[allow(unsafe_code)]
+pub mod usercopy;

@@ -15,6 +15,16 @@ pub struct Spec {
     pub output: Option<String>,
     /// `option<TAB>NAME` records.
     pub options: Options,
+    /// `event<TAB>DEF`: event definitions (`-e`), in order.
+    pub events: Vec<String>,
+    /// `events<TAB>PATH`: files of event definitions (`--events`).
+    pub event_files: Vec<String>,
+    /// `format<TAB>text|json|chrome`: how events are written.
+    pub format: Option<String>,
+    /// `buffer-size<TAB>BYTES`: each thread's event buffer.
+    pub buffer_size: Option<usize>,
+    /// `list<TAB>PATTERN`: list the functions that can be probed and end (PATTERN may be empty).
+    pub list: Option<String>,
 }
 
 /// Behaviour switches, each an `option<TAB>NAME` record.
@@ -32,6 +42,8 @@ pub struct Options {
     pub full_vector_state: bool,
     /// `stats`: print the runtime's counters (placement time, system calls, traps) at exit.
     pub stats: bool,
+    /// `lenient`: definitions whose probes cannot be placed are skipped, not refused.
+    pub lenient: bool,
     /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
     /// exec'd program knows it was not started by uprobe-run directly.
     pub followed_exec: bool,
@@ -50,6 +62,8 @@ pub enum SpecError {
     UnknownKey(String),
     #[error("unknown option {0:?}")]
     UnknownOption(String),
+    #[error("record {0:?} has a bad value")]
+    BadValue(String),
 }
 
 impl Spec {
@@ -65,6 +79,14 @@ impl Spec {
                     spec.params.push((name.into(), v.into()));
                 }
                 "output" => spec.output = Some(value.into()),
+                "event" => spec.events.push(value.into()),
+                "events" => spec.event_files.push(value.into()),
+                "format" => match value {
+                    "text" | "json" | "chrome" => spec.format = Some(value.into()),
+                    _ => return Err(SpecError::BadValue(line.into())),
+                },
+                "buffer-size" => spec.buffer_size = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
+                "list" => spec.list = Some(value.into()),
                 "option" => match value {
                     "follow-exec" => spec.options.follow_exec = true,
                     "no-follow-fork" => spec.options.no_follow_fork = true,
@@ -73,6 +95,7 @@ impl Spec {
                     "verbose" => spec.options.verbose = true,
                     "full-vector-state" => spec.options.full_vector_state = true,
                     "stats" => spec.options.stats = true,
+                    "lenient" => spec.options.lenient = true,
                     _ => return Err(SpecError::UnknownOption(value.into())),
                 },
                 _ => return Err(SpecError::UnknownKey(key.into())),
@@ -119,6 +142,19 @@ mod tests {
         let s = Spec::parse(&format!("option\tfollow-exec\n{FOLLOWED_RECORD}")).unwrap();
         assert!(s.options.followed_exec);
         assert_eq!(Spec::parse("option\tfollow-fork"), Err(SpecError::UnknownOption("follow-fork".into())));
+    }
+
+    #[test]
+    fn parses_event_records() {
+        let s = Spec::parse(
+            "event\tp:a/b t:add a=%di\tx\nevents\t/e.txt\nformat\tjson\nbuffer-size\t4096\nlist\t\noption\tlenient\n",
+        )
+        .unwrap();
+        assert_eq!(s.events, ["p:a/b t:add a=%di\tx"]);
+        assert_eq!(s.event_files, ["/e.txt"]);
+        assert_eq!((s.format.as_deref(), s.buffer_size, s.list.as_deref()), (Some("json"), Some(4096), Some("")));
+        assert!(s.options.lenient);
+        assert_eq!(Spec::parse("format\txml"), Err(SpecError::BadValue("format\txml".into())));
     }
 
     #[test]

@@ -163,6 +163,24 @@ pub fn mmap_anon(len: usize) -> Result<usize, Errno> {
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
 }
 
+/// Reserves `len` bytes of anonymous read-write memory that costs nothing until touched
+/// (MAP_NORESERVE): per-thread buffers sized for the worst case.
+pub fn mmap_reserve(len: usize) -> Result<usize, Errno> {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as usize;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as usize;
+    // SAFETY: an anonymous private mapping with no fixed address touches no existing memory.
+    unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
+}
+
+/// Makes the pages of `[addr, addr + len)` present and writable without changing their
+/// contents (MADV_POPULATE_WRITE, Linux 5.14): a ring's next pages, faulted in by the drain
+/// thread instead of the hit path. Where the kernel lacks it, nothing happens.
+pub fn populate_write(addr: usize, len: usize) {
+    const MADV_POPULATE_WRITE: usize = 23;
+    // SAFETY: the advice only faults pages in; the range is a reservation of ours.
+    let _ = unsafe { call(Call::Other, libc::SYS_madvise, [addr, len, MADV_POPULATE_WRITE, 0, 0, 0]) };
+}
+
 /// Gives back a mapping made by one of the `mmap_*` functions.
 ///
 /// # Safety
@@ -364,6 +382,28 @@ pub fn gs_base() -> u64 {
     // SAFETY: ARCH_GET_GS writes one u64 to the pointer we pass.
     let _ = unsafe { call(Call::Other, libc::SYS_arch_prctl, [0x1004, &mut base as *mut u64 as usize, 0, 0, 0, 0]) };
     base
+}
+
+/// Sets the calling thread's signal mask to `mask` (signals 1..=64 as bits 0..=63) and
+/// returns the old one; a raw call, past the interposed `sigprocmask`.
+pub fn set_signal_mask(mask: u64) -> u64 {
+    let mut old: u64 = 0;
+    // SAFETY: rt_sigprocmask reads and writes one 8-byte kernel sigset each.
+    let _ = unsafe {
+        call(
+            Call::Other,
+            libc::SYS_rt_sigprocmask,
+            [libc::SIG_SETMASK as usize, &mask as *const u64 as usize, &mut old as *mut u64 as usize, 8, 0, 0],
+        )
+    };
+    old
+}
+
+/// Sleeps for `ns` nanoseconds (or until a signal).
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+    // SAFETY: nanosleep reads one timespec; no remainder is asked for.
+    let _ = unsafe { call(Call::Other, libc::SYS_nanosleep, [&ts as *const libc::timespec as usize, 0, 0, 0, 0, 0]) };
 }
 
 pub fn sched_yield() {

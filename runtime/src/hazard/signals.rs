@@ -9,7 +9,7 @@
 //!   to it ([`foreign_trap`]) with its flags and mask, or meets SIG_DFL/SIG_IGN semantics. For
 //!   SIGSEGV/SIGBUS the runtime's handler is installed with the program's own flags and mask
 //!   (so the kernel picks the stack and blocks what the program asked for), turns a fault of
-//!   the runtime's guarded reads (`base::safe`) into a failed read, checks for a handler
+//!   the runtime's guarded reads (`base::usercopy`) into a failed read, checks for a handler
 //!   fault and otherwise calls the program's handler, or ignores a sent signal the program
 //!   ignores. For every signal, SIGTRAP is taken out of the handler's mask. `sigaction` reports
 //!   the program's own action and mask back.
@@ -26,7 +26,7 @@ use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::base::{output, safe};
+use crate::base::{output, usercopy};
 use crate::hazard::faults;
 use crate::hazard::interpose::{next, Next};
 
@@ -134,6 +134,7 @@ fn install_fault_handler(sig: c_int) -> c_int {
     let flags = program.flags.load(Ordering::Relaxed);
     sa.sa_mask = set_of(program.mask.load(Ordering::Relaxed) & !TRAP_BIT);
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // SIG_IGN too: a fetcharg's read through a bad pointer must still reach `on_fault`.
         sa.sa_sigaction = on_fault as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
     } else {
@@ -243,13 +244,13 @@ pub unsafe fn foreign_trap(addr: usize, info: *mut libc::siginfo_t, ctx: *mut c_
 /// The runtime's SIGSEGV/SIGBUS handler (signal context).
 extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
-    // registers are ours to edit until the handler returns.
+    // register array is ours to edit until the handler returns.
     let (code, fault_addr, gregs) = unsafe {
         ((*info).si_code, (*info).si_addr() as usize, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs)
     };
-    // A guarded read of the runtime (`base::safe`) faulted: it fails, nothing else happens.
-    if let Some(resume) = safe::fixup(gregs[libc::REG_RIP as usize] as usize) {
-        gregs[libc::REG_RIP as usize] = resume as i64;
+    // A fetcharg read through a bad pointer: the copy resumes at its fixup and reports it.
+    if let Some(to) = usercopy::fixup(gregs[libc::REG_RIP as usize] as usize) {
+        gregs[libc::REG_RIP as usize] = to as i64;
         return;
     }
     if let Some(probe) = faults::current() {
@@ -267,11 +268,12 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     let Some(program) = program_action(sig) else { return };
     let handler = program.handler.load(Ordering::Acquire);
     let flags = program.flags.load(Ordering::Relaxed);
-    if handler == libc::SIG_IGN && code <= 0 {
-        return; // sent, not raised by a fault: ignored, as the program asked
-    }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
         if code <= 0 {
+            // Sent by kill() or sigqueue(): ignored where the program said so.
+            if handler == libc::SIG_IGN {
+                return;
+            }
             return die_by(sig);
         }
         // SAFETY: as above.

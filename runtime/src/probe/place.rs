@@ -10,7 +10,7 @@
 //!
 //! Normal context, under the registry lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::base::maps::Mapping;
 use crate::base::sys;
@@ -106,9 +106,17 @@ fn tls_get_addr() -> usize {
     addr
 }
 
-/// Makes `addr` a probe point: checks it and prepares how the displaced instruction will run
-/// (and the jump, where it may take one). Nothing is written: the point joins a batch.
-pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'static ProbePoint, RegisterError> {
+/// What placing a probe at `addr` starts from: the checks every probe passes, the function
+/// around it (as before any probe) and the displaced instruction.
+struct Site {
+    maps: std::sync::Arc<Vec<Mapping>>,
+    function: Option<FunctionCode>,
+    insn: iced_x86::Instruction,
+    /// The function's name and where glibc runs it with every signal blocked, if it does.
+    trap_unsafe: Option<(&'static str, &'static str)>,
+}
+
+fn examine(view: &mut View, addr: usize) -> Result<Site, RegisterError> {
     let maps = view.maps(Some(addr));
     let mapping = crate::base::maps::find(&maps, addr).filter(|m| m.exec).ok_or(RegisterError::NotCode(addr))?;
     if matches!(mapping.path.as_str(), "[vdso]" | "[vsyscall]") {
@@ -140,6 +148,23 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         }
     }
     .ok_or(RegisterError::Undecodable(addr))?;
+    let trap_unsafe = view.trap_unsafe(addr, function.as_ref().map_or(addr, |f| f.start));
+    Ok(Site { maps, function, insn, trap_unsafe })
+}
+
+/// How the displaced instruction will run.
+fn plan_of(site: &Site, addr: usize) -> Result<Plan, RegisterError> {
+    decode::plan(&site.insn).map_err(|source| match source {
+        PlanError::Breakpoint => RegisterError::ForeignBreakpoint(addr),
+        _ => RegisterError::Unsupported { addr, source },
+    })
+}
+
+/// Makes `addr` a probe point: checks it and prepares how the displaced instruction will run
+/// (and the jump, where it may take one). Nothing is written: the point joins a batch.
+pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'static ProbePoint, RegisterError> {
+    let site = examine(view, addr)?;
+    let insn = site.insn;
     let reuse = table::lookup(addr).filter(|pp| {
         // SAFETY: the old point's bytes were read from this mapping, which is still there.
         pp.len == insn.len() && unsafe { patch::read_code(addr, pp.len) } == pp.orig[..pp.len]
@@ -151,21 +176,17 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         pp.tail_patched.store(false, Ordering::SeqCst);
         return Ok(pp);
     }
-    let plan = decode::plan(&insn).map_err(|source| match source {
-        PlanError::Breakpoint => RegisterError::ForeignBreakpoint(addr),
-        _ => RegisterError::Unsupported { addr, source },
-    })?;
+    let plan = plan_of(&site, addr)?;
     let slot = match plan {
         Plan::OutOfLine => slots
-            .alloc(addr, &maps, |slot| decode::relocate(&insn, slot as u64).ok())
+            .alloc(addr, &site.maps, |slot| decode::relocate(&insn, slot as u64).ok())
             .map_err(|source| RegisterError::Slot { addr, source })?,
         Plan::Emulate(_) => 0,
     };
     let mut orig = [0; MAX_INSN_LEN];
     // SAFETY: the instruction lies inside the executable mapping.
     orig[..insn.len()].copy_from_slice(&unsafe { patch::read_code(addr, insn.len()) });
-    let unsafe_function = view.trap_unsafe(addr, function.as_ref().map_or(addr, |f| f.start));
-    let trap_unsafe = unsafe_function.map(|(_, blocked)| blocked);
+    let trap_unsafe = site.trap_unsafe.map(|(_, blocked)| blocked);
     let mut pp = Box::new(ProbePoint {
         addr,
         orig,
@@ -182,14 +203,40 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         changed_reported: AtomicBool::new(false),
     });
     let context = &*pp as *const ProbePoint as u64;
-    pp.jump = jump_for(function.as_ref(), addr, slots, &maps, context, trap_unsafe.is_some());
-    if let (Some((name, blocked)), Err(why)) = (unsafe_function, &pp.jump) {
+    pp.jump = jump_for(site.function.as_ref(), addr, slots, &site.maps, context, trap_unsafe.is_some());
+    if let (Some((name, blocked)), Err(why)) = (site.trap_unsafe, &pp.jump) {
         return Err(RegisterError::TrapUnsafe { addr, function: name.into(), blocked, why: why.to_string() });
     }
     let pp: &'static ProbePoint = Box::leak(pp);
     table::insert(pp).map_err(|_| RegisterError::TableFull)?;
     view.note_point(pp);
     Ok(pp)
+}
+
+/// How a probe at `addr` would be placed, found as [`prepare`] finds it but without making
+/// anything (listing what can be probed): a jump, the `int3` and why, or the refusal.
+pub fn assess(view: &mut View, addr: usize) -> Result<Strategy, RegisterError> {
+    let site = examine(view, addr)?;
+    plan_of(&site, addr)?;
+    let jump = match &site.function {
+        _ if !OPTIMIZE.load(Ordering::Relaxed) && site.trap_unsafe.is_none() => Err(NoJump::Disabled),
+        None => Err(NoJump::NoFunction),
+        Some(f) if f.start != addr => Err(NoJump::NotEntry),
+        Some(f) => jump::plan(&f.bytes, addr as u64, &f.padding).and_then(|plan| {
+            if plan.patch_len > MAX_PATCH {
+                Err(NoJump::TooShort { len: plan.patch_len as u64 })
+            } else {
+                Ok(())
+            }
+        }),
+    };
+    match (jump, site.trap_unsafe) {
+        (Ok(()), _) => Ok(Strategy::Jump),
+        (Err(why), Some((name, blocked))) => {
+            Err(RegisterError::TrapUnsafe { addr, function: name.into(), blocked, why: why.to_string() })
+        }
+        (Err(why), None) => Ok(Strategy::Int3(why)),
+    }
 }
 
 /// The jump a point at `addr` may take, its stub built: only at a function's entry, and only
@@ -233,6 +280,11 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     Ok(JumpPrep { patch_len: plan.patch_len, orig, stub })
 }
 
+/// Threads of the runtime itself (the trace drain thread): they never run the program's code
+/// while a batch is written (they call into libc only under the registry lock, which the
+/// writer holds), so they do not count against a process being alone.
+pub static RUNTIME_THREADS: AtomicU32 = AtomicU32::new(0);
+
 /// Set while every other thread of the process is held stopped at a safe place (attach):
 /// jumps may then be written although the process has other threads.
 pub static WORLD_STOPPED: AtomicBool = AtomicBool::new(false);
@@ -250,8 +302,8 @@ fn alone() -> bool {
     let Ok(status) = sys::read_file(c"/proc/self/status") else { return false };
     String::from_utf8_lossy(&status)
         .lines()
-        .find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim() == "1"))
-        .unwrap_or(false)
+        .find_map(|l| l.strip_prefix("Threads:").and_then(|n| n.trim().parse::<u32>().ok()))
+        .is_some_and(|n| n <= 1 + RUNTIME_THREADS.load(Ordering::SeqCst))
 }
 
 /// Why `pp` may not take its jump in this batch (None: it may). `targets` are the batch's
@@ -416,7 +468,7 @@ fn first_byte(pp: &ProbePoint) -> u8 {
 /// first time it is found so; `name` gives its symbol.
 pub fn changed_message(pp: &ProbePoint, name: impl FnOnce() -> String) -> Option<String> {
     let mut first = [0u8; 1];
-    if crate::base::safe::copy(&mut first, pp.addr) != 1 {
+    if !crate::base::usercopy::copy(&mut first, pp.addr) {
         return None; // unmapped meanwhile (a library unloaded behind the loader's back)
     }
     let expected = if pp.jump_active.load(Ordering::SeqCst) { JMP_OPCODE } else { INT3 };

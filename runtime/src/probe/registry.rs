@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::base::elf;
@@ -31,6 +31,10 @@ use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
 
 /// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
 pub static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// A front-end's hook, told (under the registry lock) each time a probe waiting for its module
+/// is placed: `fn(probe object key, address)`. 0: none.
+pub static ON_ARMED: AtomicUsize = AtomicUsize::new(0);
 
 /// The open placement batch.
 struct Batch {
@@ -370,6 +374,12 @@ pub fn return_probes() -> Vec<(usize, *mut Uretprobe)> {
     found
 }
 
+/// Runs `f` on the registry's view of the address space and the modules' symbols (normal
+/// context; front-ends resolving their definitions, listing functions).
+pub fn with_view<R>(f: impl FnOnce(&mut View) -> R) -> R {
+    f(&mut state().view)
+}
+
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
 pub fn symbolize(addr: usize) -> Option<String> {
     state().view.symbolize(addr)
@@ -432,6 +442,16 @@ pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
     for (consumer, e) in flush(&mut st) {
         if let Some(d) = done.iter_mut().find(|(c, _)| *c == consumer) {
             d.1 = Err(e);
+        }
+    }
+    let hook = ON_ARMED.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: set only to a `fn(usize, usize)` by a front-end at start-up.
+        let hook: fn(usize, usize) = unsafe { core::mem::transmute::<usize, fn(usize, usize)>(hook) };
+        for (consumer, result) in &done {
+            if let Ok(addr) = result {
+                hook(consumer.key(), *addr);
+            }
         }
     }
     done

@@ -1,0 +1,125 @@
+//! Reads of memory that may not be there, as the kernel's `copy_from_user` does them: a copy
+//! loop whose loads are known instructions; when one of them faults, the runtime's SIGSEGV
+//! and SIGBUS handler (`hazard::signals`) asks [`fixup`] and resumes the copy at its fixup
+//! label, which reports the failure. A fetcharg through a bad pointer costs the program
+//! nothing but that signal, and never kills it.
+//!
+//! Signal-safe: no state, no calls; the copies run on the hit paths.
+
+core::arch::global_asm!(
+    ".pushsection .text.uprobe_usercopy,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl uprobe_copy_user",
+    ".hidden uprobe_copy_user",
+    ".type uprobe_copy_user,@function",
+    // rdi = dst, rsi = src, rdx = len; rax = bytes not copied (0: all of them).
+    "uprobe_copy_user:",
+    "mov rcx, rdx",
+    ".globl uprobe_copy_user_load",
+    ".hidden uprobe_copy_user_load",
+    "uprobe_copy_user_load:",
+    "rep movsb",
+    "xor eax, eax",
+    "ret",
+    ".globl uprobe_copy_user_fixup",
+    ".hidden uprobe_copy_user_fixup",
+    "uprobe_copy_user_fixup:",
+    "mov rax, rcx",
+    "ret",
+    ".size uprobe_copy_user, . - uprobe_copy_user",
+    //
+    ".p2align 4",
+    ".globl uprobe_strncpy_user",
+    ".hidden uprobe_strncpy_user",
+    ".type uprobe_strncpy_user,@function",
+    // rdi = dst, rsi = src, rdx = max; rax = length before the NUL, max when none came
+    // within max bytes, -1 on a fault.
+    "uprobe_strncpy_user:",
+    "xor eax, eax",
+    "2:",
+    "cmp rax, rdx",
+    "je 3f",
+    ".globl uprobe_strncpy_user_load",
+    ".hidden uprobe_strncpy_user_load",
+    "uprobe_strncpy_user_load:",
+    "movzx ecx, byte ptr [rsi + rax]",
+    "test ecx, ecx",
+    "jz 3f",
+    "mov byte ptr [rdi + rax], cl",
+    "inc rax",
+    "jmp 2b",
+    "3:",
+    "ret",
+    ".globl uprobe_strncpy_user_fixup",
+    ".hidden uprobe_strncpy_user_fixup",
+    "uprobe_strncpy_user_fixup:",
+    "mov rax, -1",
+    "ret",
+    ".size uprobe_strncpy_user, . - uprobe_strncpy_user",
+    ".popsection",
+);
+
+extern "C" {
+    fn uprobe_copy_user(dst: *mut u8, src: usize, len: usize) -> usize;
+    fn uprobe_strncpy_user(dst: *mut u8, src: usize, max: usize) -> isize;
+    fn uprobe_copy_user_load();
+    fn uprobe_copy_user_fixup();
+    fn uprobe_strncpy_user_load();
+    fn uprobe_strncpy_user_fixup();
+}
+
+/// Copies `dst.len()` bytes from address `src`; false if any of them could not be read.
+pub fn copy(dst: &mut [u8], src: usize) -> bool {
+    if src < 4096 || src.checked_add(dst.len()).is_none() {
+        return false;
+    }
+    // SAFETY: `dst` is writable for its length; reads of `src` that fault are caught by the
+    // SIGSEGV/SIGBUS handler, which resumes at the fixup.
+    unsafe { uprobe_copy_user(dst.as_mut_ptr(), src, dst.len()) == 0 }
+}
+
+/// Reads the 8-byte word at `src`.
+pub fn read_u64(src: usize) -> Option<u64> {
+    let mut b = [0u8; 8];
+    copy(&mut b, src).then(|| u64::from_le_bytes(b))
+}
+
+/// Copies the NUL-terminated string at `src` into `dst` (without the NUL): its length, or
+/// None if a byte before the NUL (or before `dst` is full) could not be read.
+pub fn strncpy(dst: &mut [u8], src: usize) -> Option<usize> {
+    if src < 4096 {
+        return None;
+    }
+    // SAFETY: as in `copy`; at most `dst.len()` bytes are written.
+    let n = unsafe { uprobe_strncpy_user(dst.as_mut_ptr(), src, dst.len()) };
+    (n >= 0).then_some(n as usize)
+}
+
+/// Where a fault at `rip` resumes, when `rip` is one of the copy loads (signal context).
+pub fn fixup(rip: usize) -> Option<usize> {
+    if rip == uprobe_copy_user_load as *const () as usize {
+        Some(uprobe_copy_user_fixup as *const () as usize)
+    } else if rip == uprobe_strncpy_user_load as *const () as usize {
+        Some(uprobe_strncpy_user_fixup as *const () as usize)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_mapped_memory_and_refuses_low_addresses() {
+        let word = 0x1122_3344_5566_7788u64;
+        assert_eq!(read_u64(&word as *const u64 as usize), Some(word));
+        assert_eq!(read_u64(16), None);
+        let text = b"hello\0world";
+        let mut out = [0u8; 16];
+        assert_eq!(strncpy(&mut out, text.as_ptr() as usize), Some(5));
+        assert_eq!(&out[..5], b"hello");
+        assert_eq!(strncpy(&mut out[..3], text.as_ptr() as usize), Some(3));
+        assert_eq!(strncpy(&mut out, 0), None);
+    }
+}

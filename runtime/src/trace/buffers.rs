@@ -1,0 +1,339 @@
+//! Per-thread record buffers: a pool of single-producer, single-consumer byte rings, made
+//! before any probe arms (one reservation of address space, touched only where written). A
+//! thread claims a ring with one compare-and-swap at its first hit (no call into libc: that
+//! hit may come while glibc runs the new thread with every signal blocked, where a probe on
+//! the call would be fatal); the drain thread gives the ring back once its thread is gone.
+//! The owner's hits write records with plain stores and one release store of the head. The drain thread reads from the tail. A record never wraps: where it
+//! does not fit before the end, a padding record fills the end and it starts again at 0.
+//!
+//! Context: [`Writer`] and [`mine`] run on the hit path (no lock, no allocation, no call into
+//! libc, one `gettid` system call at a thread's first hit); the rest runs on the drain thread
+//! or at start-up and fork.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use crate::base::sys;
+
+const FREE: u32 = 0;
+const OWNED: u32 = 1;
+/// Its thread is gone: drained one last time, then free again.
+const RELEASED: u32 = 2;
+
+/// The event number of a padding record.
+pub const PADDING: u32 = u32::MAX;
+/// Records are 8-byte aligned.
+pub const ALIGN: usize = 8;
+
+/// One thread's ring and what the drain thread needs to know of its owner.
+#[repr(C, align(64))]
+pub struct Ring {
+    state: AtomicU32,
+    /// Bumped at each claim, so the drain thread knows the owner changed.
+    pub generation: AtomicU32,
+    pub tid: AtomicI32,
+    pub pid: AtomicI32,
+    data: usize,
+    /// Written by the producer only (its own cache line).
+    head: Pad<AtomicU64>,
+    /// Written by the drain thread only.
+    tail: Pad<AtomicU64>,
+}
+
+#[repr(align(64))]
+struct Pad<T>(T);
+
+pub struct Pool {
+    rings: Box<[Ring]>,
+    /// Bytes of each ring (a multiple of 8).
+    pub size: usize,
+}
+
+static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
+/// Hits of threads that found no free ring (also counted per event).
+pub static NO_RING: AtomicU64 = AtomicU64::new(0);
+static PID: AtomicI32 = AtomicI32::new(0);
+/// Set when the stream ends (process exit): hits after it record nothing.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the stream has ended (hit path).
+#[inline]
+pub fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
+/// Ends the stream: later hits record nothing.
+pub fn close() {
+    CLOSED.store(true, Ordering::SeqCst);
+}
+
+thread_local! {
+    /// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had.
+    static MINE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Makes the pool: `threads` rings of `size` bytes (start-up). The memory is reserved, not
+/// committed: a ring costs only the pages its records reach.
+pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
+    let size = (size.max(4096) + ALIGN - 1) & !(ALIGN - 1);
+    let total = sys::page_ceil(threads * size);
+    let base = sys::mmap_reserve(total)?;
+    let rings: Box<[Ring]> = (0..threads)
+        .map(|i| Ring {
+            state: AtomicU32::new(FREE),
+            generation: AtomicU32::new(0),
+            tid: AtomicI32::new(0),
+            pid: AtomicI32::new(0),
+            data: base + i * size,
+            head: Pad(AtomicU64::new(0)),
+            tail: Pad(AtomicU64::new(0)),
+        })
+        .collect();
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    POOL.store(Box::into_raw(Box::new(Pool { rings, size })), Ordering::Release);
+    Ok(())
+}
+
+pub fn pool() -> Option<&'static Pool> {
+    // SAFETY: made once at start-up, never freed.
+    unsafe { POOL.load(Ordering::Acquire).as_ref() }
+}
+
+/// The calling thread's ring, claimed at its first hit (hit path).
+#[inline]
+pub fn mine() -> Option<&'static Ring> {
+    let pool = pool()?;
+    let i = MINE.with(Cell::get);
+    if i != 0 && i != u32::MAX {
+        return pool.rings.get(i as usize - 1);
+    }
+    if i == u32::MAX {
+        return None;
+    }
+    claim(pool)
+}
+
+#[cold]
+fn claim(pool: &'static Pool) -> Option<&'static Ring> {
+    let found = pool
+        .rings
+        .iter()
+        .position(|r| r.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+    let Some(i) = found else {
+        MINE.with(|m| m.set(u32::MAX));
+        return None;
+    };
+    let ring = &pool.rings[i];
+    ring.tid.store(sys::gettid(), Ordering::Relaxed);
+    ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
+    ring.generation.fetch_add(1, Ordering::Release);
+    MINE.with(|m| m.set(i as u32 + 1));
+    Some(ring)
+}
+
+/// A record being written at the head of a ring (hit path).
+pub struct Writer<'a> {
+    ring: &'a Ring,
+    buf: &'a mut [u8],
+    pub len: usize,
+    /// Padding written before the record (it wrapped to the start).
+    skipped: usize,
+    head: u64,
+}
+
+impl Ring {
+    #[allow(clippy::mut_from_ref)]
+    fn bytes(&self, size: usize) -> &mut [u8] {
+        // SAFETY: the ring's `size` bytes are reserved for it alone; only its owner writes,
+        // and only past the tail (the drain thread reads only up to the head).
+        unsafe { core::slice::from_raw_parts_mut(self.data as *mut u8, size) }
+    }
+
+    fn free(&self) -> usize {
+        let size = pool().map_or(0, |p| p.size);
+        size - (self.head.0.load(Ordering::Relaxed) - self.tail.0.load(Ordering::Acquire)) as usize
+    }
+
+    /// A writer for a record at the head; `wrap`: start over at the ring's start.
+    pub fn writer(&self, wrap: bool) -> Writer<'_> {
+        let size = pool().map_or(0, |p| p.size);
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        let free = size - (head - tail) as usize;
+        let at = (head % size as u64) as usize;
+        let to_end = size - at;
+        let all = self.bytes(size);
+        if wrap && to_end < free {
+            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, skipped: to_end, head }
+        } else {
+            let room = to_end.min(free);
+            Writer { ring: self, buf: &mut all[at..at + room], len: 0, skipped: 0, head }
+        }
+    }
+}
+
+/// The record did not fit.
+pub struct Full;
+
+impl Writer<'_> {
+    /// Whether starting over at the ring's start may give more room: the free space does
+    /// not all lie before the ring's end.
+    pub fn may_wrap(&self) -> bool {
+        let size = pool().map_or(0, |p| p.size);
+        let at = (self.head % size as u64) as usize;
+        self.skipped == 0 && self.buf.len() == size - at && self.ring.free() > self.buf.len()
+    }
+
+    #[inline]
+    pub fn put(&mut self, bytes: &[u8]) -> Result<(), Full> {
+        let end = self.len + bytes.len();
+        if end > self.buf.len() {
+            return Err(Full);
+        }
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+
+    #[inline]
+    pub fn put_u64(&mut self, v: u64) -> Result<(), Full> {
+        self.put(&v.to_le_bytes())
+    }
+
+    #[inline]
+    pub fn put_u32(&mut self, v: u32) -> Result<(), Full> {
+        self.put(&v.to_le_bytes())
+    }
+
+    /// The unwritten room, to copy into directly; [`Writer::advance`] then.
+    pub fn room(&mut self) -> &mut [u8] {
+        &mut self.buf[self.len..]
+    }
+
+    pub fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Overwrites 8 bytes at `at`, written before (a word known only later).
+    pub fn patch_u64(&mut self, at: usize, v: u64) {
+        self.buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Overwrites 4 bytes at `at`, written before.
+    pub fn patch_u32(&mut self, at: usize, v: u32) {
+        self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Pads to 8 bytes, writes the size into the first 4 and publishes the record.
+    pub fn commit(mut self) -> Result<(), Full> {
+        let padded = (self.len + ALIGN - 1) & !(ALIGN - 1);
+        if padded > self.buf.len() {
+            return Err(Full);
+        }
+        self.len = padded;
+        self.buf[..4].copy_from_slice(&(padded as u32).to_le_bytes());
+        if self.skipped != 0 {
+            // The padding at the old head, so the reader skips to the start.
+            let size = pool().map_or(0, |p| p.size);
+            let at = (self.head % size as u64) as usize;
+            let all = self.ring.bytes(size);
+            all[at..at + 4].copy_from_slice(&(self.skipped as u32).to_le_bytes());
+            all[at + 4..at + 8].copy_from_slice(&PADDING.to_le_bytes());
+        }
+        let head = self.head + (self.skipped + padded) as u64;
+        self.ring.head.0.store(head, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// What the drain thread sees of a ring in use.
+pub struct InUse {
+    pub ring: &'static Ring,
+    pub released: bool,
+}
+
+/// The rings in use (drain thread); a ring whose thread is gone is released.
+pub fn in_use() -> Vec<InUse> {
+    let Some(pool) = pool() else { return Vec::new() };
+    pool.rings
+        .iter()
+        .filter_map(|ring| match ring.state.load(Ordering::Acquire) {
+            OWNED => {
+                let tid = ring.tid.load(Ordering::Relaxed);
+                if tid != 0 && !sys::thread_exists(tid) {
+                    ring.state.store(RELEASED, Ordering::Release);
+                    return Some(InUse { ring, released: true });
+                }
+                Some(InUse { ring, released: false })
+            }
+            RELEASED => Some(InUse { ring, released: true }),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Ring {
+    /// Hands every complete record between the tail and the head to `f`, then frees their
+    /// room (drain thread). Padding records are skipped.
+    pub fn drain(&self, mut f: impl FnMut(&[u8])) {
+        let size = pool().map_or(0, |p| p.size);
+        let head = self.head.0.load(Ordering::Acquire);
+        let mut tail = self.tail.0.load(Ordering::Relaxed);
+        let all = self.bytes(size);
+        while tail < head {
+            let at = (tail % size as u64) as usize;
+            let len = u32::from_le_bytes(all[at..at + 4].try_into().unwrap()) as usize;
+            let event = u32::from_le_bytes(all[at + 4..at + 8].try_into().unwrap());
+            if len == 0 || at + len > size {
+                break; // cannot happen with a well-behaved writer; never read past the ring
+            }
+            if event != PADDING {
+                f(&all[at..at + len]);
+            }
+            tail += len as u64;
+        }
+        self.tail.0.store(head.max(tail), Ordering::Release);
+    }
+
+    /// Faults in the pages the owner will write next, up to `ahead` bytes past its head (drain
+    /// thread): a page fault on the hit path costs a microsecond.
+    pub fn prefault(&self, ahead: usize) {
+        let size = pool().map_or(0, |p| p.size);
+        let head = self.head.0.load(Ordering::Acquire);
+        let tail = self.tail.0.load(Ordering::Relaxed);
+        let free = size - (head - tail) as usize;
+        let at = sys::page_floor((head % size as u64) as usize);
+        let len = ahead.min(free).min(size - at);
+        if len > 0 {
+            sys::populate_write(self.data + at, sys::page_ceil(len));
+        }
+    }
+
+    /// Makes a released ring free again once drained (drain thread).
+    pub fn recycle(&self) {
+        if self.head.0.load(Ordering::Acquire) == self.tail.0.load(Ordering::Relaxed) {
+            self.head.0.store(0, Ordering::Relaxed);
+            self.tail.0.store(0, Ordering::Relaxed);
+            self.state.store(FREE, Ordering::Release);
+        }
+    }
+}
+
+/// In the child of `fork` (one thread): the other threads' rings and every pending record are
+/// the parent's, which drains its own copies. The forking thread keeps its ring, empty.
+pub fn after_fork() {
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    let Some(pool) = pool() else { return };
+    let mine = MINE.with(Cell::get);
+    for (i, ring) in pool.rings.iter().enumerate() {
+        ring.head.0.store(0, Ordering::Relaxed);
+        ring.tail.0.store(0, Ordering::Relaxed);
+        if mine != 0 && mine != u32::MAX && i == mine as usize - 1 {
+            ring.tid.store(sys::gettid(), Ordering::Relaxed);
+            ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
+            ring.generation.fetch_add(1, Ordering::Release);
+        } else {
+            ring.state.store(FREE, Ordering::Release);
+        }
+    }
+}

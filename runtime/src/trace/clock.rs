@@ -1,0 +1,173 @@
+//! Timestamps and CPU numbers for records, read on the hit path without a system call and
+//! without calling libc.
+//!
+//! Where the kernel itself keeps time with the TSC (clocksource `tsc`, and the CPU says its
+//! TSC is constant and does not stop), a record takes `rdtsc` and `rdpid` (or `rdtscp` where
+//! there is no `rdpid`): the counter and, in IA32_TSC_AUX, the CPU number Linux keeps there. The drain thread turns counts into
+//! CLOCK_MONOTONIC nanoseconds with a line through two points read from the vDSO's
+//! `__vdso_clock_gettime` (found through `getauxval(AT_SYSINFO_EHDR)` at start-up): the
+//! start, and the moment of each drain pass. Elsewhere records call `__vdso_clock_gettime`
+//! directly (no system call either, the vDSO is not probeable) and `__vdso_getcpu`.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use crate::base::{elf, maps, sys};
+
+type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int;
+type Getcpu = unsafe extern "C" fn(*mut u32, *mut u32, *mut libc::c_void) -> libc::c_int;
+
+static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// `rdpid` reads IA32_TSC_AUX alone: with `rdtsc` it avoids `rdtscp`, which waits for every
+/// earlier instruction (the stub's register saves) and costs several times as much here.
+static USE_RDPID: AtomicBool = AtomicBool::new(false);
+static VDSO_GETTIME: AtomicUsize = AtomicUsize::new(0);
+static VDSO_GETCPU: AtomicUsize = AtomicUsize::new(0);
+/// The two calibration points (counter, ns): the start, and the latest drain pass.
+static TSC0: AtomicU64 = AtomicU64::new(0);
+static NS0: AtomicU64 = AtomicU64::new(0);
+static TSC1: AtomicU64 = AtomicU64::new(0);
+static NS1: AtomicU64 = AtomicU64::new(0);
+
+/// Which clock records use, for `--verbose` and the README's claim.
+pub fn describe() -> &'static str {
+    if USE_TSC.load(Ordering::Relaxed) {
+        "rdtsc (and rdpid or rdtscp for the CPU), calibrated against the vDSO's CLOCK_MONOTONIC"
+    } else if VDSO_GETTIME.load(Ordering::Relaxed) != 0 {
+        "the vDSO's clock_gettime(CLOCK_MONOTONIC)"
+    } else {
+        "clock_gettime(CLOCK_MONOTONIC) by system call (no vDSO)"
+    }
+}
+
+/// Finds the vDSO's functions and decides the clock (start-up).
+pub fn init() {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    let vdso = maps::current().into_iter().find(|m| m.start == base && base != 0);
+    if let Some(m) = vdso {
+        // SAFETY: the vDSO is mapped readable for the life of the process.
+        let image = unsafe { core::slice::from_raw_parts(m.start as *const u8, m.end - m.start) };
+        if let Ok(info) = elf::ElfInfo::parse(image) {
+            let at = |name: &str| info.symbol(name).map_or(0, |s| base + s.value as usize);
+            VDSO_GETTIME.store(at("__vdso_clock_gettime"), Ordering::Relaxed);
+            VDSO_GETCPU.store(at("__vdso_getcpu"), Ordering::Relaxed);
+        }
+    }
+    let clocksource = sys::read_file(c"/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .map(|b| String::from_utf8_lossy(&b).trim() == "tsc")
+        .unwrap_or(false);
+    let flags = sys::read_file(c"/proc/cpuinfo")
+        .map(|b| {
+            let text = String::from_utf8_lossy(&b);
+            let line = text.lines().find(|l| l.starts_with("flags")).unwrap_or("").to_string();
+            ["rdtscp", "constant_tsc", "nonstop_tsc"].iter().all(|f| line.split_whitespace().any(|w| w == *f))
+        })
+        .unwrap_or(false);
+    USE_TSC.store(clocksource && flags, Ordering::Relaxed);
+    let rdpid = sys::read_file(c"/proc/cpuinfo")
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|w| w == "rdpid"))
+        })
+        .unwrap_or(false);
+    USE_RDPID.store(rdpid, Ordering::Relaxed);
+    let (t, _) = now();
+    let ns = monotonic_ns();
+    TSC0.store(t, Ordering::Relaxed);
+    NS0.store(ns, Ordering::Relaxed);
+    TSC1.store(t, Ordering::Relaxed);
+    NS1.store(ns, Ordering::Relaxed);
+}
+
+/// CLOCK_MONOTONIC in ns, through the vDSO where there is one (normal context).
+pub fn monotonic_ns() -> u64 {
+    let f = VDSO_GETTIME.load(Ordering::Relaxed);
+    if f == 0 {
+        return sys::monotonic_ns();
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: the vDSO's clock_gettime, with a valid timespec to fill.
+    unsafe { core::mem::transmute::<usize, ClockGettime>(f)(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[inline(always)]
+fn rdtscp() -> (u64, u32) {
+    let (lo, hi, aux): (u32, u32, u32);
+    // SAFETY: rdtscp reads the time-stamp counter and IA32_TSC_AUX; checked at start-up.
+    unsafe { core::arch::asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") aux, options(nomem, nostack)) };
+    ((u64::from(hi) << 32) | u64::from(lo), aux & 0xfff)
+}
+
+#[inline(always)]
+fn rdtsc_rdpid() -> (u64, u32) {
+    let (lo, hi, aux): (u32, u32, u64);
+    // SAFETY: rdtsc reads the time-stamp counter, rdpid IA32_TSC_AUX; checked at start-up.
+    unsafe {
+        core::arch::asm!("rdtsc", "rdpid {aux}", out("eax") lo, out("edx") hi, aux = out(reg) aux, options(nomem, nostack))
+    };
+    ((u64::from(hi) << 32) | u64::from(lo), aux as u32 & 0xfff)
+}
+
+/// The clock's reading and the CPU, for a record (hit path: no system call, no libc).
+#[inline(always)]
+pub fn now() -> (u64, u32) {
+    if USE_TSC.load(Ordering::Relaxed) {
+        if USE_RDPID.load(Ordering::Relaxed) {
+            return rdtsc_rdpid();
+        }
+        return rdtscp();
+    }
+    let mut cpu = 0u32;
+    let getcpu = VDSO_GETCPU.load(Ordering::Relaxed);
+    if getcpu != 0 {
+        // SAFETY: the vDSO's getcpu, with a valid place for the CPU number.
+        unsafe {
+            core::mem::transmute::<usize, Getcpu>(getcpu)(&mut cpu, core::ptr::null_mut(), core::ptr::null_mut())
+        };
+    }
+    (monotonic_ns(), cpu)
+}
+
+/// Takes a new calibration point (drain thread, before it converts a pass's records).
+pub fn calibrate() {
+    if USE_TSC.load(Ordering::Relaxed) {
+        let (t, _) = rdtscp();
+        NS1.store(monotonic_ns(), Ordering::Relaxed);
+        TSC1.store(t, Ordering::Relaxed);
+    }
+}
+
+/// A record's clock reading in CLOCK_MONOTONIC nanoseconds.
+pub fn to_ns(reading: u64) -> u64 {
+    if !USE_TSC.load(Ordering::Relaxed) {
+        return reading;
+    }
+    let (t0, n0) = (TSC0.load(Ordering::Relaxed), NS0.load(Ordering::Relaxed));
+    let (t1, n1) = (TSC1.load(Ordering::Relaxed), NS1.load(Ordering::Relaxed));
+    convert(reading, (t0, n0), (t1, n1))
+}
+
+/// The line through two (count, ns) points, at `reading` (pure).
+pub fn convert(reading: u64, (t0, n0): (u64, u64), (t1, n1): (u64, u64)) -> u64 {
+    if t1 <= t0 || n1 <= n0 {
+        return n0;
+    }
+    let dt = i128::from(reading) - i128::from(t0);
+    let ns = i128::from(n0) + dt * i128::from(n1 - n0) / i128::from(t1 - t0);
+    ns.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_through_the_calibration_line() {
+        assert_eq!(convert(3000, (1000, 10), (5000, 1010)), 510);
+        assert_eq!(convert(1000, (1000, 10), (1000, 10)), 10);
+        assert_eq!(convert(500, (1000, 1000), (2000, 2000)), 500);
+    }
+}

@@ -1,0 +1,399 @@
+//! The drain thread: every few milliseconds it takes the records out of every thread's ring,
+//! puts them in time order and writes them, formatted, to the run's output in large writes.
+//! A record is held back until it is older than [`MARGIN_NS`], so that a record a slower
+//! thread is still writing cannot come out before one it precedes. At the end of the run
+//! ([`finish`]) everything left is written, then the records dropped per event.
+//!
+//! The thread is the runtime's: it runs no code of the program (its signals are blocked, its
+//! probe hits run no handler), it is not counted as a thread of the program when placement
+//! decides whether jumps may be written, and it leaves the program's descriptors alone. A
+//! forked child starts its own.
+//!
+//! Context: its own thread (normal context), and process exit for [`finish`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::base::lock::Mutex;
+use crate::base::{output, sys};
+use crate::probe::{deferred, place, registry};
+use crate::trace::buffers::{self, InUse};
+use crate::trace::clock;
+use crate::trace::def::Kind;
+use crate::trace::events;
+use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
+
+/// How long the thread sleeps between passes.
+const PERIOD_NS: u64 = 5_000_000;
+/// How far past a ring's head the drain thread faults pages in.
+const PREFAULT: usize = 4 << 20;
+/// How old a record must be before it is written (see the module doc).
+const MARGIN_NS: u64 = 10_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum Format {
+    Text = 0,
+    Json = 1,
+    Chrome = 2,
+}
+
+static FORMAT: AtomicU8 = AtomicU8::new(0);
+
+/// One record taken out of a ring.
+struct Staged {
+    ns: u64,
+    seq: u64,
+    tid: i32,
+    pid: i32,
+    ring: usize,
+    bytes: Vec<u8>,
+}
+
+/// A call whose entry was recorded and whose return may be (Chrome slices).
+struct Open {
+    func: u64,
+    ns: u64,
+    name: String,
+    args: String,
+}
+
+struct State {
+    staged: Vec<Staged>,
+    seq: u64,
+    /// Per ring: the claim generation seen, and the owner's name.
+    comms: HashMap<usize, (u32, Vec<u8>)>,
+    symbols: SymbolCache,
+    /// Chrome: open calls per thread, and the threads named so far.
+    open: HashMap<i32, Vec<Open>>,
+    named: Vec<i32>,
+    first: bool,
+    done: bool,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+struct SymbolCache(HashMap<u64, String>);
+
+impl Symbols for SymbolCache {
+    fn symbolize(&mut self, addr: u64) -> String {
+        self.0
+            .entry(addr)
+            .or_insert_with(|| registry::symbolize(addr as usize).unwrap_or_else(|| format!("{addr:#x}")))
+            .clone()
+    }
+}
+
+/// Starts the stream in `format` and its drain thread (start-up, after the events' probes
+/// are placed).
+pub fn start(format: Format) {
+    FORMAT.store(format as u8, Ordering::Relaxed);
+    *STATE.lock() = Some(State {
+        staged: Vec::new(),
+        seq: 0,
+        comms: HashMap::new(),
+        symbols: SymbolCache(HashMap::new()),
+        open: HashMap::new(),
+        named: Vec::new(),
+        first: true,
+        done: false,
+    });
+    if format == Format::Chrome {
+        write_out(b"{\"traceEvents\":[");
+    }
+    spawn();
+}
+
+fn format() -> Format {
+    match FORMAT.load(Ordering::Relaxed) {
+        1 => Format::Json,
+        2 => Format::Chrome,
+        _ => Format::Text,
+    }
+}
+
+fn write_out(bytes: &[u8]) {
+    // Output that cannot be written is dropped: the program must go on.
+    let _ = sys::write_all(output::fd(), bytes);
+}
+
+/// Starts the drain thread with every asynchronous signal blocked, so that none of the
+/// program's handlers ever runs on it.
+fn spawn() {
+    extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
+        // Its probe hits (libc, through the loader's symbol lookups) run no handler.
+        core::mem::forget(deferred::Inside::enter());
+        loop {
+            sys::sleep_ns(PERIOD_NS);
+            if !pass(false) {
+                return core::ptr::null_mut();
+            }
+        }
+    }
+    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
+    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
+    let old = sys::set_signal_mask(!keep);
+    place::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: a thread running `main`, which takes no argument; its attributes are default.
+    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, core::ptr::null_mut()) };
+    if rc == 0 {
+        // SAFETY: a thread just created, never joined.
+        unsafe { libc::pthread_detach(thread) };
+    } else {
+        place::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+        output::message(format_args!("cannot start the drain thread (error {rc}): events are written at exit only"));
+    }
+    sys::set_signal_mask(old);
+}
+
+/// In the child of `fork`: a fresh stream state and drain thread of its own.
+pub fn after_fork() {
+    if STATE.lock().is_none() {
+        return;
+    }
+    place::RUNTIME_THREADS.store(0, Ordering::SeqCst);
+    for ev in events::all() {
+        ev.dropped.store(0, Ordering::Relaxed);
+    }
+    if let Some(st) = STATE.lock().as_mut() {
+        st.staged.clear();
+        st.open.clear();
+        st.comms.clear();
+        st.first = false;
+    }
+    spawn();
+}
+
+/// Ends the stream: writes every record left, then the drops per event (process exit).
+pub fn finish() {
+    buffers::close();
+    deferred::inside(|| {
+        pass(true);
+    });
+}
+
+/// One pass; `last`: write everything and end. Returns false once the stream has ended.
+fn pass(last: bool) -> bool {
+    let mut guard = STATE.lock();
+    let Some(st) = guard.as_mut() else { return false };
+    if st.done {
+        return false;
+    }
+    clock::calibrate();
+    let watermark = if last { u64::MAX } else { clock::to_ns(clock::now().0).saturating_sub(MARGIN_NS) };
+    let pool_base = buffers::pool().map_or(0, |p| p as *const _ as usize);
+    for InUse { ring, released } in buffers::in_use() {
+        let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
+        let key = ring as *const _ as usize - pool_base;
+        ring.drain(|rec| {
+            if let Some(h) = format::header(rec) {
+                st.seq += 1;
+                st.staged.push(Staged {
+                    ns: clock::to_ns(h.clock),
+                    seq: st.seq,
+                    tid,
+                    pid,
+                    ring: key,
+                    bytes: rec.to_vec(),
+                });
+            }
+        });
+        let generation = ring.generation.load(Ordering::Acquire);
+        if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
+            st.comms.insert(key, (generation, comm_of(tid)));
+        }
+        ring.prefault(PREFAULT);
+        if released {
+            ring.recycle();
+        }
+    }
+    st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
+    let ready = st.staged.partition_point(|s| s.ns <= watermark);
+    let batch: Vec<Staged> = st.staged.drain(..ready).collect();
+    let mut out = Vec::with_capacity(batch.len() * 96);
+    for s in &batch {
+        emit(st, s, &mut out);
+    }
+    if last {
+        end(st, &mut out);
+        st.done = true;
+    }
+    if !out.is_empty() {
+        write_out(&out);
+    }
+    !last
+}
+
+/// The name of thread `tid` of this process, as the kernel keeps it.
+fn comm_of(tid: i32) -> Vec<u8> {
+    let path = std::ffi::CString::new(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+    match sys::read_file(&path) {
+        Ok(mut name) => {
+            while name.last() == Some(&b'\n') {
+                name.pop();
+            }
+            name
+        }
+        Err(_) => b"<...>".to_vec(),
+    }
+}
+
+fn emit(st: &mut State, s: &Staged, out: &mut Vec<u8>) {
+    let Some(h) = format::header(&s.bytes) else { return };
+    let Some(ev) = events::get(h.event) else { return };
+    let Some(values) = format::decode(&ev.args, &s.bytes) else { return };
+    let comm = st.comms.get(&s.ring).map(|(_, c)| c.clone()).unwrap_or_else(|| b"<...>".to_vec());
+    let probe = st.symbols.symbolize(h.addr);
+    let caller = if ev.kind == Kind::Return { st.symbols.symbolize(h.caller) } else { String::new() };
+    let line = Line {
+        name: &ev.name,
+        group: &ev.group,
+        kind: ev.kind,
+        args: &ev.args,
+        values: &values,
+        ns: s.ns,
+        pid: s.pid,
+        tid: s.tid,
+        cpu: h.cpu,
+        comm: &comm,
+        probe: &probe,
+        caller: &caller,
+    };
+    match format() {
+        Format::Text => line.text(out, &mut st.symbols),
+        Format::Json => line.json(out, &mut st.symbols),
+        Format::Chrome => {
+            let mut args = String::new();
+            line.json_args(&mut args, &mut st.symbols);
+            chrome(st, s, h.addr, ev.kind, &ev.name, &ev.group, &probe, &comm, args, out);
+        }
+    }
+}
+
+/// Whether a return event is defined for the function at `addr`.
+fn has_return_event(addr: u64) -> bool {
+    events::all().iter().any(|e| e.kind == Kind::Return && e.address() as u64 == addr)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn chrome(
+    st: &mut State,
+    s: &Staged,
+    addr: u64,
+    kind: Kind,
+    name: &str,
+    group: &str,
+    probe: &str,
+    comm: &[u8],
+    args: String,
+    out: &mut Vec<u8>,
+) {
+    let mut text = String::new();
+    if !st.named.contains(&s.tid) {
+        st.named.push(s.tid);
+        let mut thread = String::from("{\"name\":");
+        json_string(&mut thread, comm);
+        thread.push('}');
+        separate(&mut st.first, &mut text);
+        chrome_event(&mut text, 'M', "thread_name", "__metadata", 0, None, s.pid, s.tid, &thread);
+    }
+    let function = probe.split('+').next().unwrap_or(probe).to_string();
+    match kind {
+        Kind::Entry if probe.ends_with("+0x0") && has_return_event(addr) => {
+            st.open.entry(s.tid).or_default().push(Open { func: addr, ns: s.ns, name: function, args });
+        }
+        Kind::Return => {
+            let stack = st.open.entry(s.tid).or_default();
+            match stack.iter().rposition(|o| o.func == addr) {
+                Some(i) => {
+                    // Calls above it were left without returning (longjmp, an exception).
+                    let open = stack.remove(i);
+                    let left: Vec<Open> = stack.drain(i..).collect();
+                    for left in left {
+                        instant(&mut st.first, &mut text, &left.name, group, left.ns, s, &left.args);
+                    }
+                    let merged = merge(&open.args, &args);
+                    separate(&mut st.first, &mut text);
+                    chrome_event(
+                        &mut text,
+                        'X',
+                        &open.name,
+                        group,
+                        open.ns,
+                        Some(s.ns - open.ns),
+                        s.pid,
+                        s.tid,
+                        &merged,
+                    );
+                }
+                None => instant(&mut st.first, &mut text, name, group, s.ns, s, &args),
+            }
+        }
+        Kind::Entry => instant(&mut st.first, &mut text, name, group, s.ns, s, &args),
+    }
+    if !text.is_empty() {
+        out.extend_from_slice(text.as_bytes());
+    }
+}
+
+/// The comma between two elements of the event array (none before the first).
+fn separate(first: &mut bool, text: &mut String) {
+    if !*first {
+        text.push_str(",\n");
+    }
+    *first = false;
+}
+
+fn instant(first: &mut bool, text: &mut String, name: &str, group: &str, ns: u64, s: &Staged, args: &str) {
+    separate(first, text);
+    chrome_event(text, 'i', name, group, ns, None, s.pid, s.tid, args);
+}
+
+/// The entry's and the return's `args` objects as one.
+fn merge(entry: &str, ret: &str) -> String {
+    match (entry.len() > 2, ret.len() > 2) {
+        (true, true) => format!("{},{}", &entry[..entry.len() - 1], &ret[1..]),
+        (true, false) => entry.to_string(),
+        _ => ret.to_string(),
+    }
+}
+
+/// The end of the stream: Chrome's closing, the drops.
+fn end(st: &mut State, out: &mut Vec<u8>) {
+    let drops: Vec<(String, u64)> = events::all()
+        .iter()
+        .map(|e| (e.name.clone(), e.dropped.load(Ordering::Relaxed)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if format() == Format::Chrome {
+        let mut text = String::new();
+        // Calls still open: their entries, as instants.
+        let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
+        for (tid, stack) in open {
+            for o in stack {
+                let s = Staged { ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, bytes: Vec::new() };
+                instant(&mut st.first, &mut text, &o.name, "uprobes", o.ns, &s, &o.args);
+            }
+        }
+        text.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"dropped\":{");
+        for (i, (name, n)) in drops.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            json_string(&mut text, name.as_bytes());
+            text.push_str(&format!(":{n}"));
+        }
+        text.push_str("}}}\n");
+        out.extend_from_slice(text.as_bytes());
+        return;
+    }
+    for (name, n) in drops {
+        out.extend_from_slice(
+            format!(
+                "uprobe-run: event {name}: {n} records dropped (its thread's buffer was full: see --buffer-size)\n"
+            )
+            .as_bytes(),
+        );
+    }
+}

@@ -1,0 +1,424 @@
+//! Fetchargs: `[NAME=]FETCHARG[:TYPE]`, as the kernel's probe tracers take them
+//! (`kernel/trace/trace_probe.c`), parsed into a [`FetchArg`]. Pure: text in, tree out.
+//!
+//! - `%REG` (`%di`, `%ax`, ... as the kernel names them; `%rdi` is taken too), `$stackN`,
+//!   `$stack`, `$retval`, `$comm`, `$argN`, `@ADDR`, `@+OFFSET` (a file offset in the probed
+//!   file), `\IMM`, `\"STRING"`, and `+|-OFFS(FETCHARG)`, which reads memory and nests;
+//! - types `u8..u64`, `s8..s64`, `x8..x64`, `char`, `string`, `ustring`, `symbol`, bitfields
+//!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
+//!   `x64`, as the kernel shows it; `$comm` is a string.
+//!
+//! A string is read *at* the address its last dereference computes (`+0(%si):string` is the
+//! string %si points to); in an array of strings that address holds the `char *` pointers.
+
+use thiserror::Error;
+
+/// A register of `struct pt_regs`, by its index in 8-byte words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reg(pub u8);
+
+/// The kernel's x86-64 register names and their `struct pt_regs` word.
+const REGS: [(&str, u8); 21] = [
+    ("r15", 0),
+    ("r14", 1),
+    ("r13", 2),
+    ("r12", 3),
+    ("bp", 4),
+    ("bx", 5),
+    ("r11", 6),
+    ("r10", 7),
+    ("r9", 8),
+    ("r8", 9),
+    ("ax", 10),
+    ("cx", 11),
+    ("dx", 12),
+    ("si", 13),
+    ("di", 14),
+    ("orig_ax", 15),
+    ("ip", 16),
+    ("cs", 17),
+    ("flags", 18),
+    ("sp", 19),
+    ("ss", 20),
+];
+
+/// Where a value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    Reg(Reg),
+    /// `$stackN`: the Nth word on the stack.
+    Stack(u32),
+    /// `$stack`: the stack pointer.
+    StackPointer,
+    Retval,
+    Comm,
+    /// `$argN`, 1-based: the System V argument registers, then the stack.
+    Arg(u32),
+    /// `@ADDR`: memory at an address.
+    Memory(u64),
+    /// `@+OFFSET`: memory at a file offset of the probed file.
+    FileOffset(u64),
+    Immediate(u64),
+    ImmediateString(Vec<u8>),
+    /// `+|-OFFS(FETCHARG)`: memory at the inner value plus the offset.
+    Deref {
+        offset: i64,
+        inner: Box<Fetch>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    Unsigned,
+    Signed,
+    Hex,
+    Char,
+    String,
+    Symbol,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bitfield {
+    pub width: u8,
+    pub offset: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Type {
+    pub base: Base,
+    /// Size in bytes of one element as read from memory (strings: 8, the pointer).
+    pub size: u8,
+    pub bitfield: Option<Bitfield>,
+    /// `TYPE[N]`.
+    pub count: Option<u32>,
+}
+
+impl Type {
+    pub const DEFAULT: Type = Type { base: Base::Hex, size: 8, bitfield: None, count: None };
+    const STRING: Type = Type { base: Base::String, size: 8, bitfield: None, count: None };
+
+    pub fn is_string(&self) -> bool {
+        self.base == Base::String
+    }
+}
+
+/// One parsed fetcharg.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchArg {
+    pub name: String,
+    pub fetch: Fetch,
+    pub ty: Type,
+}
+
+/// What was wrong, and where (a byte offset into the fetcharg's text).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{what}")]
+pub struct ArgError {
+    pub at: usize,
+    pub what: String,
+}
+
+fn err<T>(at: usize, what: impl Into<String>) -> Result<T, ArgError> {
+    Err(ArgError { at, what: what.into() })
+}
+
+/// Where the probe sits, which decides what the fetchargs may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    Entry,
+    Return,
+}
+
+/// Parses a decimal or `0x` number, signed or not.
+pub fn number(text: &str) -> Option<i128> {
+    let (neg, t) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let v = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() => u64::from_str_radix(hex, 16).ok()?,
+        Some(_) => return None,
+        None if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => t.parse::<u64>().ok()?,
+        None => return None,
+    };
+    Some(if neg { -(v as i128) } else { v as i128 })
+}
+
+/// Parses `[NAME=]FETCHARG[:TYPE]`; `index` (1-based) names it `argN` when no NAME is given.
+pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError> {
+    let (name, body, body_at) = match text.find('=').filter(|&i| is_name(&text[..i])) {
+        Some(i) => (text[..i].to_string(), &text[i + 1..], i + 1),
+        None if text.contains('=') && !text.starts_with('\\') && !text.starts_with('+') && !text.starts_with('-') => {
+            return err(0, "a NAME made of letters, digits and '_' before '='");
+        }
+        None => (format!("arg{index}"), text, 0),
+    };
+    if body.is_empty() {
+        return err(body_at, "a fetcharg after the name");
+    }
+    // The type follows the last ':' outside of a quoted string.
+    let (value, ty_text) = match split_type(body) {
+        Some(i) => (&body[..i], Some(&body[i + 1..])),
+        None => (body, None),
+    };
+    let fetch = parse_value(value, body_at, site)?;
+    let ty_at = body_at + value.len() + 1;
+    let ty = match ty_text {
+        Some(t) => parse_type(t, ty_at)?,
+        None if matches!(fetch, Fetch::Comm | Fetch::ImmediateString(_)) => Type::STRING,
+        None => Type::DEFAULT,
+    };
+    check(&fetch, &ty, body_at, ty_at)?;
+    Ok(FetchArg { name, fetch, ty })
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && !s.as_bytes()[0].is_ascii_digit()
+}
+
+fn split_type(body: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut last = None;
+    for (i, c) in body.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => last = Some(i),
+            _ => {}
+        }
+    }
+    last
+}
+
+fn reg(name: &str) -> Option<Reg> {
+    let plain = match name.strip_prefix('r') {
+        Some(rest) if ["ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip"].contains(&rest) => rest,
+        _ => name,
+    };
+    let plain = if plain == "eflags" { "flags" } else { plain };
+    REGS.iter().find(|(n, _)| *n == plain).map(|&(_, i)| Reg(i))
+}
+
+fn parse_value(text: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
+    if let Some(name) = text.strip_prefix('%') {
+        return reg(name).map(Fetch::Reg).ok_or_else(|| ArgError {
+            at,
+            what: format!("a register (ax, bx, cx, dx, si, di, bp, sp, r8..r15, ip, flags), not %{name}"),
+        });
+    }
+    if let Some(var) = text.strip_prefix('$') {
+        return parse_variable(var, at, site);
+    }
+    if let Some(addr) = text.strip_prefix('@') {
+        if let Some(off) = addr.strip_prefix('+') {
+            return match number(off) {
+                Some(v) if v >= 0 => Ok(Fetch::FileOffset(v as u64)),
+                _ => err(at + 2, "a file offset after '@+'"),
+            };
+        }
+        return match number(addr) {
+            Some(v) if v >= 0 => Ok(Fetch::Memory(v as u64)),
+            _ => err(at + 1, "an address after '@' (uprobes take no symbol there)"),
+        };
+    }
+    if let Some(imm) = text.strip_prefix('\\') {
+        if let Some(s) = imm.strip_prefix('"') {
+            return match s.strip_suffix('"') {
+                Some(inner) => Ok(Fetch::ImmediateString(inner.as_bytes().to_vec())),
+                None => err(at + text.len(), "a closing '\"'"),
+            };
+        }
+        return match number(imm) {
+            Some(v) => Ok(Fetch::Immediate(v as u64)),
+            None => err(at + 1, "a number or a \"string\" after '\\'"),
+        };
+    }
+    if text.starts_with('+') || text.starts_with('-') {
+        let open = text.find('(').ok_or(ArgError { at: at + text.len(), what: "'(' after the offset".into() })?;
+        if !text.ends_with(')') {
+            return err(at + text.len(), "')' closing the dereference");
+        }
+        let off_text = text[..open].replacen("+u", "+", 1).replacen("-u", "-", 1);
+        let offset = number(&off_text).ok_or(ArgError { at, what: "an offset like +8 or -0x10 before '('".into() })?;
+        let inner = parse_value(&text[open + 1..text.len() - 1], at + open + 1, site)?;
+        if matches!(inner, Fetch::Comm | Fetch::ImmediateString(_)) {
+            return err(at + open + 1, "a number to dereference, not a string");
+        }
+        return Ok(Fetch::Deref { offset: offset as i64, inner: Box::new(inner) });
+    }
+    err(at, "%REG, $VAR, @ADDR, @+OFFSET, \\IMM or +|-OFFS(FETCHARG)")
+}
+
+fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
+    match var {
+        "retval" if site == Site::Return => Ok(Fetch::Retval),
+        "retval" => err(at, "$retval only on a return event (r: or %return)"),
+        "comm" => Ok(Fetch::Comm),
+        "stack" => Ok(Fetch::StackPointer),
+        _ => {
+            if let Some(n) = var.strip_prefix("stack") {
+                return n.parse().map(Fetch::Stack).or(err(at + 6, "a number after $stack"));
+            }
+            if let Some(n) = var.strip_prefix("arg") {
+                return match n.parse::<u32>() {
+                    Ok(0) | Err(_) => err(at + 4, "an argument number from 1 after $arg"),
+                    Ok(_) if site == Site::Return => {
+                        err(at, "$argN only on an entry event (at a return the argument registers are gone)")
+                    }
+                    Ok(n) => Ok(Fetch::Arg(n)),
+                };
+            }
+            err(at, "$stack, $stackN, $retval, $comm or $argN")
+        }
+    }
+}
+
+/// Parses a type name.
+pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
+    let (base_text, count) = match text.find('[') {
+        Some(i) => {
+            let Some(n) = text[i + 1..].strip_suffix(']') else {
+                return err(at + text.len(), "']' closing the array length");
+            };
+            match n.parse::<u32>() {
+                Ok(n) if (1..=64).contains(&n) => (&text[..i], Some(n)),
+                _ => return err(at + i + 1, "an array length from 1 to 64"),
+            }
+        }
+        None => (text, None),
+    };
+    let simple = |base, bits: u8| Type { base, size: bits / 8, bitfield: None, count };
+    let ty = match base_text {
+        "string" | "ustring" => Type { count, ..Type::STRING },
+        "symbol" => simple(Base::Symbol, 64),
+        "char" => simple(Base::Char, 8),
+        t if t.starts_with('b') => return parse_bitfield(t, at).map(|ty| Type { count, ..ty }),
+        t => {
+            let base = match t.as_bytes().first() {
+                Some(b'u') => Base::Unsigned,
+                Some(b's') => Base::Signed,
+                Some(b'x') => Base::Hex,
+                _ => return err(at, unknown_type(t)),
+            };
+            match t[1..].parse::<u8>() {
+                Ok(bits @ (8 | 16 | 32 | 64)) => simple(base, bits),
+                _ => return err(at, unknown_type(t)),
+            }
+        }
+    };
+    Ok(ty)
+}
+
+fn unknown_type(t: &str) -> String {
+    format!(
+        "a type (u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
+    )
+}
+
+fn parse_bitfield(t: &str, at: usize) -> Result<Type, ArgError> {
+    let bad = || ArgError {
+        at,
+        what: format!("a bitfield b<width>@<offset>/<container> (container 8, 16, 32 or 64), not {t:?}"),
+    };
+    let (width, rest) = t[1..].split_once('@').ok_or_else(bad)?;
+    let (offset, container) = rest.split_once('/').ok_or_else(bad)?;
+    let (width, offset, container): (u8, u8, u8) =
+        (width.parse().map_err(|_| bad())?, offset.parse().map_err(|_| bad())?, container.parse().map_err(|_| bad())?);
+    if ![8, 16, 32, 64].contains(&container)
+        || width == 0
+        || u32::from(width) + u32::from(offset) > u32::from(container)
+    {
+        return Err(bad());
+    }
+    Ok(Type { base: Base::Unsigned, size: container / 8, bitfield: Some(Bitfield { width, offset }), count: None })
+}
+
+/// What the kernel refuses in the combination of a value and a type.
+fn check(fetch: &Fetch, ty: &Type, at: usize, ty_at: usize) -> Result<(), ArgError> {
+    let memory = matches!(fetch, Fetch::Deref { .. } | Fetch::Memory(_) | Fetch::FileOffset(_));
+    if ty.count.is_some() && !memory {
+        return err(ty_at, "an array type only on memory (+OFFS(...), @ADDR or @+OFFSET)");
+    }
+    match (ty.is_string(), fetch) {
+        (true, Fetch::Comm | Fetch::ImmediateString(_)) if ty.count.is_none() => Ok(()),
+        (true, Fetch::Comm | Fetch::ImmediateString(_)) => err(ty_at, "no array of $comm or of an immediate string"),
+        (true, _) if memory => Ok(()),
+        (true, _) => err(at, "memory for a string: +0(%REG):string reads the string %REG points to"),
+        (false, Fetch::Comm | Fetch::ImmediateString(_)) => err(ty_at, "the type string for $comm or a \"string\""),
+        (false, _) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(text: &str) -> FetchArg {
+        parse(text, 1, Site::Entry).unwrap_or_else(|e| panic!("{text}: {e} at {}", e.at))
+    }
+
+    fn bad(text: &str, site: Site) -> ArgError {
+        parse(text, 1, site).expect_err(text)
+    }
+
+    #[test]
+    fn registers_and_variables() {
+        assert_eq!(ok("%di"), FetchArg { name: "arg1".into(), fetch: Fetch::Reg(Reg(14)), ty: Type::DEFAULT });
+        assert_eq!(ok("x=%rax:s32").fetch, Fetch::Reg(Reg(10)));
+        assert_eq!(ok("x=%rax:s32").ty, Type { base: Base::Signed, size: 4, bitfield: None, count: None });
+        assert_eq!(ok("f=%flags").fetch, Fetch::Reg(Reg(18)));
+        assert_eq!(ok("$stack3").fetch, Fetch::Stack(3));
+        assert_eq!(ok("$stack").fetch, Fetch::StackPointer);
+        assert_eq!(ok("$arg7").fetch, Fetch::Arg(7));
+        assert_eq!(ok("c=$comm").ty, Type::STRING);
+        assert_eq!(parse("$retval", 2, Site::Return).unwrap().name, "arg2");
+        assert_eq!(ok("@0x1000:u8").fetch, Fetch::Memory(0x1000));
+        assert_eq!(ok("@+0x2000:u32").fetch, Fetch::FileOffset(0x2000));
+        assert_eq!(ok("\\42").fetch, Fetch::Immediate(42));
+        assert_eq!(ok("s=\\\"a:b\"").fetch, Fetch::ImmediateString(b"a:b".to_vec()));
+    }
+
+    #[test]
+    fn dereferences_nest() {
+        let a = ok("n=+0(+8(%di)):string");
+        assert_eq!(
+            a.fetch,
+            Fetch::Deref {
+                offset: 0,
+                inner: Box::new(Fetch::Deref { offset: 8, inner: Box::new(Fetch::Reg(Reg(14))) })
+            }
+        );
+        assert!(a.ty.is_string());
+        assert_eq!(ok("-0x10(%bp):s64").fetch, Fetch::Deref { offset: -16, inner: Box::new(Fetch::Reg(Reg(4))) });
+        assert_eq!(ok("+u8(%si)").fetch, Fetch::Deref { offset: 8, inner: Box::new(Fetch::Reg(Reg(13))) });
+    }
+
+    #[test]
+    fn types() {
+        assert_eq!(ok("+0(%di):x8[3]").ty, Type { base: Base::Hex, size: 1, bitfield: None, count: Some(3) });
+        assert_eq!(
+            ok("+16(%di):b4@4/32").ty,
+            Type { base: Base::Unsigned, size: 4, bitfield: Some(Bitfield { width: 4, offset: 4 }), count: None }
+        );
+        assert_eq!(ok("+8(%di):string[2]").ty.count, Some(2));
+        assert_eq!(ok("%di:symbol").ty.base, Base::Symbol);
+        assert_eq!(ok("+0(%di):char").ty.base, Base::Char);
+        assert_eq!(ok("+0(%di):ustring").ty, Type::STRING);
+    }
+
+    #[test]
+    fn refusals_say_where_and_what() {
+        let e = bad("x=%zz", Site::Entry);
+        assert_eq!(e.at, 2);
+        assert!(e.what.contains("not %zz"), "{}", e.what);
+        assert_eq!(bad("$retval", Site::Entry).what, "$retval only on a return event (r: or %return)");
+        assert_eq!(bad("%di:u12", Site::Entry).at, 4);
+        assert!(bad("%di:u12", Site::Entry).what.starts_with("a type"));
+        assert!(bad("%di:string", Site::Entry).what.starts_with("memory for a string"));
+        assert!(bad("%di:u8[2]", Site::Entry).what.starts_with("an array type"));
+        assert!(bad("$arg1", Site::Return).what.starts_with("$argN only"));
+        assert!(bad("+8(%di", Site::Entry).what.starts_with("')'"));
+        assert!(bad("%di:b9@0/8", Site::Entry).what.starts_with("a bitfield"));
+        assert!(bad("$comm:u8", Site::Entry).what.starts_with("the type string"));
+        assert_eq!(bad("x=", Site::Entry).at, 2);
+    }
+}

@@ -1,0 +1,485 @@
+//! Records as text, JSON lines and Chrome trace events. Pure: a record's bytes and what is
+//! known of its thread in, bytes out.
+//!
+//! Text is laid out as the kernel's trace shows an event (`comm-tid [cpu] seconds: EVENT:
+//! (sym+off) name=value`, a return `(caller <- func)`), each value as the kernel prints its
+//! type (`%u`, `%d`, `0x%x`, `'%c'`, `"%s"`, `{a,b}` for arrays); a string that could not be
+//! read is `(fault)`, a number that could not be read is 0, as the kernel shows them. JSON
+//! gives numbers for `u`/`s` types and bitfields, `"0x..."` strings for `x` types, strings
+//! for strings, characters and symbols, and `null` for a value that could not be read.
+
+use core::fmt::Write;
+
+use crate::trace::def::Kind;
+use crate::trace::fetch::{Base, FetchArg, Type};
+use crate::trace::record::{COMM, FAULT, HEADER_LEN};
+
+/// A fetched value, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// As read (a number of its type's size, or a bitfield's container).
+    Num(u64),
+    Str(Vec<u8>),
+    /// `$comm`: the drain thread knows the thread's name.
+    Comm,
+    Fault,
+    Array(Vec<Value>),
+}
+
+/// A record's fixed part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub event: u32,
+    pub clock: u64,
+    pub addr: u64,
+    pub caller: u64,
+    pub cpu: u32,
+    pub faults: u64,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+pub fn header(rec: &[u8]) -> Option<Header> {
+    Some(Header {
+        event: u32_at(rec, 4)?,
+        clock: u64_at(rec, 8)?,
+        addr: u64_at(rec, 16)?,
+        caller: u64_at(rec, 24)?,
+        cpu: u32_at(rec, 32)?,
+        faults: u64_at(rec, 40)?,
+    })
+}
+
+/// The fetched values of a record of an event with `args`.
+pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
+    let faults = u64_at(rec, 40)?;
+    let mut at = HEADER_LEN;
+    let mut out = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let faulted = faults & (1 << i) != 0;
+        let one = |at: &mut usize| -> Option<Value> {
+            if arg.ty.is_string() {
+                let len = u32_at(rec, *at)?;
+                *at += 4;
+                return Some(match len {
+                    FAULT => Value::Fault,
+                    COMM => Value::Comm,
+                    n => {
+                        let s = rec.get(*at..*at + n as usize)?.to_vec();
+                        *at += n as usize;
+                        Value::Str(s)
+                    }
+                });
+            }
+            let v = u64_at(rec, *at)?;
+            *at += 8;
+            Some(if faulted { Value::Fault } else { Value::Num(v) })
+        };
+        let v = match arg.ty.count {
+            Some(n) => Value::Array((0..n).map(|_| one(&mut at)).collect::<Option<Vec<_>>>()?),
+            None => one(&mut at)?,
+        };
+        out.push(v);
+    }
+    Some(out)
+}
+
+fn bits_of(ty: &Type, v: u64) -> u64 {
+    let v = match ty.bitfield {
+        Some(b) => (v >> b.offset) & mask(u32::from(b.width)),
+        None => v,
+    };
+    if ty.bitfield.is_some() {
+        v
+    } else {
+        v & mask(u32::from(ty.size) * 8)
+    }
+}
+
+fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1 << bits) - 1
+    }
+}
+
+fn signed(ty: &Type, v: u64) -> i64 {
+    let bits = u32::from(ty.size) * 8;
+    ((v << (64 - bits)) as i64) >> (64 - bits)
+}
+
+/// How values are shown: symbols need the process's symbol tables.
+pub trait Symbols {
+    fn symbolize(&mut self, addr: u64) -> String;
+}
+
+/// One value as the kernel prints it.
+pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbols) {
+    match v {
+        Value::Array(items) => {
+            out.push(b'{');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                text_value(out, ty, item, syms);
+            }
+            out.push(b'}');
+        }
+        Value::Str(s) => {
+            out.push(b'"');
+            out.extend_from_slice(s);
+            out.push(b'"');
+        }
+        Value::Fault if ty.is_string() => out.extend_from_slice(b"(fault)"),
+        Value::Comm => out.extend_from_slice(b"\"\""),
+        Value::Fault => text_value(out, ty, &Value::Num(0), syms),
+        Value::Num(raw) => {
+            let v = bits_of(ty, *raw);
+            let mut s = String::new();
+            let _ = match ty.base {
+                _ if ty.bitfield.is_some() => write!(s, "{v}"),
+                Base::Unsigned => write!(s, "{v}"),
+                Base::Signed => write!(s, "{}", signed(ty, v)),
+                Base::Hex => write!(s, "{v:#x}"),
+                Base::Char => {
+                    out.extend_from_slice(&[b'\'', v as u8, b'\'']);
+                    return;
+                }
+                Base::Symbol => write!(s, "{}", syms.symbolize(v)),
+                Base::String => Ok(()),
+            };
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+/// A JSON string, escaped (bytes that are not UTF-8 become U+FFFD).
+pub fn json_string(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for c in String::from_utf8_lossy(bytes).chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// One value as JSON.
+pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols) {
+    match v {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json_value(out, ty, item, syms);
+            }
+            out.push(']');
+        }
+        Value::Fault => out.push_str("null"),
+        Value::Str(s) => json_string(out, s),
+        Value::Comm => out.push_str("\"\""),
+        Value::Num(raw) => {
+            let v = bits_of(ty, *raw);
+            let _ = match ty.base {
+                _ if ty.bitfield.is_some() => write!(out, "{v}"),
+                Base::Unsigned => write!(out, "{v}"),
+                Base::Signed => write!(out, "{}", signed(ty, v)),
+                Base::Hex => write!(out, "\"{v:#x}\""),
+                Base::Char => {
+                    json_string(out, &[v as u8]);
+                    Ok(())
+                }
+                Base::Symbol => {
+                    json_string(out, syms.symbolize(v).as_bytes());
+                    Ok(())
+                }
+                Base::String => Ok(()),
+            };
+        }
+    }
+}
+
+/// What a record says, decoded and with its thread known.
+pub struct Line<'a> {
+    pub name: &'a str,
+    pub group: &'a str,
+    pub kind: Kind,
+    pub args: &'a [FetchArg],
+    pub values: &'a [Value],
+    pub ns: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub cpu: u32,
+    pub comm: &'a [u8],
+    /// The probe (entry events) or the function (return events), as sym+off.
+    pub probe: &'a str,
+    /// Return events: where the function returns to, as sym+off.
+    pub caller: &'a str,
+}
+
+impl Line<'_> {
+    fn value_of<'v>(&self, v: &'v Value) -> std::borrow::Cow<'v, Value> {
+        match v {
+            Value::Comm => std::borrow::Cow::Owned(Value::Str(self.comm.to_vec())),
+            Value::Array(items) if items.contains(&Value::Comm) => std::borrow::Cow::Owned(Value::Array(
+                items
+                    .iter()
+                    .map(|i| if *i == Value::Comm { Value::Str(self.comm.to_vec()) } else { i.clone() })
+                    .collect(),
+            )),
+            v => std::borrow::Cow::Borrowed(v),
+        }
+    }
+
+    /// `comm-tid [cpu] seconds: EVENT: (where) name=value ...` and a newline.
+    pub fn text(&self, out: &mut Vec<u8>, syms: &mut dyn Symbols) {
+        let comm = String::from_utf8_lossy(self.comm);
+        let _ = write!(
+            Writer(out),
+            "{comm:>16}-{:<7} [{:03}] {:5}.{:06}: {}: ",
+            self.tid,
+            self.cpu,
+            self.ns / 1_000_000_000,
+            self.ns % 1_000_000_000 / 1000,
+            self.name
+        );
+        match self.kind {
+            Kind::Entry => out.extend_from_slice(format!("({})", self.probe).as_bytes()),
+            Kind::Return => out.extend_from_slice(format!("({} <- {})", self.caller, self.probe).as_bytes()),
+        }
+        for (arg, v) in self.args.iter().zip(self.values) {
+            out.push(b' ');
+            out.extend_from_slice(arg.name.as_bytes());
+            out.push(b'=');
+            text_value(out, &arg.ty, &self.value_of(v), syms);
+        }
+        out.push(b'\n');
+    }
+
+    /// The `args` object: name to value.
+    pub fn json_args(&self, out: &mut String, syms: &mut dyn Symbols) {
+        out.push('{');
+        for (i, (arg, v)) in self.args.iter().zip(self.values).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json_string(out, arg.name.as_bytes());
+            out.push(':');
+            json_value(out, &arg.ty, &self.value_of(v), syms);
+        }
+        out.push('}');
+    }
+
+    /// One JSON object and a newline.
+    pub fn json(&self, out: &mut Vec<u8>, syms: &mut dyn Symbols) {
+        let mut s = String::new();
+        let _ =
+            write!(s, "{{\"ts\":{},\"pid\":{},\"tid\":{},\"cpu\":{},\"comm\":", self.ns, self.pid, self.tid, self.cpu);
+        json_string(&mut s, self.comm);
+        s.push_str(",\"event\":");
+        json_string(&mut s, self.name.as_bytes());
+        s.push_str(",\"group\":");
+        json_string(&mut s, self.group.as_bytes());
+        s.push_str(",\"probe\":");
+        json_string(&mut s, self.probe.as_bytes());
+        if self.kind == Kind::Return {
+            s.push_str(",\"func\":");
+            json_string(&mut s, self.probe.as_bytes());
+            s.push_str(",\"caller\":");
+            json_string(&mut s, self.caller.as_bytes());
+        }
+        s.push_str(",\"args\":");
+        self.json_args(&mut s, syms);
+        s.push_str("}\n");
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// A Chrome trace event: `ph` "X" (a slice, with `dur_ns`), "i" (an instant) or "M".
+#[allow(clippy::too_many_arguments)]
+pub fn chrome_event(
+    out: &mut String,
+    ph: char,
+    name: &str,
+    cat: &str,
+    ns: u64,
+    dur_ns: Option<u64>,
+    pid: i32,
+    tid: i32,
+    args: &str,
+) {
+    out.push_str("{\"name\":");
+    json_string(out, name.as_bytes());
+    out.push_str(",\"cat\":");
+    json_string(out, cat.as_bytes());
+    let _ = write!(out, ",\"ph\":\"{ph}\",\"ts\":{}.{:03}", ns / 1000, ns % 1000);
+    if let Some(d) = dur_ns {
+        let _ = write!(out, ",\"dur\":{}.{:03}", d / 1000, d % 1000);
+    }
+    if ph == 'i' {
+        out.push_str(",\"s\":\"t\"");
+    }
+    let _ = write!(out, ",\"pid\":{pid},\"tid\":{tid},\"args\":{args}}}");
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl core::fmt::Write for Writer<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::fetch::{parse, Site};
+
+    struct NoSymbols;
+    impl Symbols for NoSymbols {
+        fn symbolize(&mut self, addr: u64) -> String {
+            format!("f+{addr:#x}")
+        }
+    }
+
+    fn args(list: &[&str]) -> Vec<FetchArg> {
+        list.iter().enumerate().map(|(i, a)| parse(a, i + 1, Site::Entry).unwrap()).collect()
+    }
+
+    fn record(faults: u64, payload: &[u8]) -> Vec<u8> {
+        let mut r = vec![0u8; HEADER_LEN];
+        r[40..48].copy_from_slice(&faults.to_le_bytes());
+        r.extend_from_slice(payload);
+        r
+    }
+
+    fn text_of(list: &[&str], values: &[Value]) -> String {
+        let args = args(list);
+        let line = Line {
+            name: "ev",
+            group: "g",
+            kind: Kind::Entry,
+            args: &args,
+            values,
+            ns: 12_345_678_901,
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            comm: b"prog",
+            probe: "add+0x0",
+            caller: "",
+        };
+        let mut out = Vec::new();
+        line.text(&mut out, &mut NoSymbols);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn decodes_numbers_strings_arrays_and_faults() {
+        let a = args(&["%di", "s=+0(%si):string", "v=+0(%di):u8[2]", "c=$comm"]);
+        let mut p = Vec::new();
+        p.extend_from_slice(&5u64.to_le_bytes());
+        p.extend_from_slice(&2u32.to_le_bytes());
+        p.extend_from_slice(b"hi");
+        p.extend_from_slice(&0u64.to_le_bytes());
+        p.extend_from_slice(&0u64.to_le_bytes());
+        p.extend_from_slice(&COMM.to_le_bytes());
+        let v = decode(&a, &record(0b100, &p)).unwrap();
+        assert_eq!(
+            v,
+            [Value::Num(5), Value::Str(b"hi".to_vec()), Value::Array(vec![Value::Fault, Value::Fault]), Value::Comm]
+        );
+        assert_eq!(decode(&a, &record(0, &p[..10])), None);
+    }
+
+    #[test]
+    fn text_prints_each_type_as_the_kernel_does() {
+        let line = text_of(
+            &[
+                "%di",
+                "u=%si:u8",
+                "s=%si:s16",
+                "x=%si:x32",
+                "b=%si:b4@4/8",
+                "c=%si:char",
+                "n=+0(%di):string",
+                "a=+0(%di):s32[2]",
+            ],
+            &[
+                Value::Num(0x1f),
+                Value::Num(0x1ff),
+                Value::Num(0xffff),
+                Value::Num(0x1_0000_00ab),
+                Value::Num(0xa5),
+                Value::Num(b'A' as u64),
+                Value::Fault,
+                Value::Array(vec![Value::Num(3), Value::Num(0xffff_fffc)]),
+            ],
+        );
+        assert_eq!(
+            line,
+            "            prog-8       [001]    12.345678: ev: (add+0x0) arg1=0x1f u=255 s=-1 x=0xab b=10 c='A' n=(fault) a={3,-4}\n"
+        );
+    }
+
+    #[test]
+    fn json_gives_numbers_hex_strings_and_null() {
+        let a = args(&["%di", "u=%si:u32", "s=%si:s8", "n=+0(%di):string", "m=+8(%di):u64", "y=%di:symbol"]);
+        let values = [
+            Value::Num(255),
+            Value::Num(7),
+            Value::Num(0xfe),
+            Value::Str(b"a\"b\n".to_vec()),
+            Value::Fault,
+            Value::Num(0x10),
+        ];
+        let line = Line {
+            name: "ev",
+            group: "g",
+            kind: Kind::Return,
+            args: &a,
+            values: &values,
+            ns: 5,
+            pid: 1,
+            tid: 2,
+            cpu: 0,
+            comm: b"p",
+            probe: "f+0x0",
+            caller: "main+0x9",
+        };
+        let mut out = Vec::new();
+        line.json(&mut out, &mut NoSymbols);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"ts\":5,\"pid\":1,\"tid\":2,\"cpu\":0,\"comm\":\"p\",\"event\":\"ev\",\"group\":\"g\",\"probe\":\"f+0x0\",\
+             \"func\":\"f+0x0\",\"caller\":\"main+0x9\",\"args\":{\"arg1\":\"0xff\",\"u\":7,\"s\":-2,\
+             \"n\":\"a\\\"b\\n\",\"m\":null,\"y\":\"f+0x10\"}}\n"
+        );
+    }
+
+    #[test]
+    fn chrome_slices_carry_microseconds() {
+        let mut s = String::new();
+        chrome_event(&mut s, 'X', "add", "uprobes", 1_234_567, Some(2_500), 1, 2, "{}");
+        assert_eq!(s, "{\"name\":\"add\",\"cat\":\"uprobes\",\"ph\":\"X\",\"ts\":1234.567,\"dur\":2.500,\"pid\":1,\"tid\":2,\"args\":{}}");
+    }
+}

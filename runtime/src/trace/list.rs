@@ -1,0 +1,73 @@
+//! `uprobe-run --list`: the functions that can be probed, in the program and every module
+//! loaded with it, each with the strategy a probe on its entry would get, found by the same
+//! analysis placement uses. The runtime lists from start-up, before the program's
+//! constructors and `main`, and the process ends there; attach can call [`list`] in a
+//! running process the same way.
+//!
+//! One line a function: `MODULE:SYMBOL` (pastes into `-e`; C++ and Rust names demangled),
+//! the file offset (what tracefs takes), the size, and `jump`, `int3 (why not a jump)` or
+//! `refused (why)`.
+//!
+//! Context: start-up (or attach), normal context.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::base::elf::LoadedModule;
+use crate::base::sys;
+use crate::probe::place::{self, Strategy};
+use crate::probe::registry;
+use crate::trace::names::{demangle, glob, without_parameters};
+use crate::trace::record;
+
+/// Writes the list of the functions matching `pattern` (a glob on `SYMBOL` or
+/// `MODULE:SYMBOL`, mangled or demangled; None: all) to `fd`; returns how many were listed.
+pub fn list(pattern: Option<&str>, fd: i32) -> usize {
+    let own = record::on_entry as *const () as usize;
+    let mut out = String::new();
+    let mut count = 0;
+    registry::with_view(|view| {
+        let modules: Vec<LoadedModule> = view.modules().iter().filter(|m| !m.holds(own)).cloned().collect();
+        let _ = writeln!(out, "{:<48} {:>10} {:>7}  STRATEGY", "FUNCTION", "OFFSET", "SIZE");
+        for m in &modules {
+            let Some(info) = view.elf(&m.path) else { continue };
+            let Some(bias) = info.bias(m.first_start, m.first_offset) else { continue };
+            let file = m.path.rsplit('/').next().unwrap_or(&m.path);
+            // One line per name, sorted by address; aliases share the analysis of their address.
+            let mut strategies: BTreeMap<u64, String> = BTreeMap::new();
+            for s in info.symbols().iter().filter(|s| s.code && s.size > 0) {
+                let shown = demangle(&s.name).unwrap_or_else(|| s.name.clone());
+                let full = format!("{file}:{shown}");
+                let wanted = pattern.is_none_or(|p| {
+                    glob(p, &s.name)
+                        || glob(p, &shown)
+                        || glob(p, without_parameters(&shown))
+                        || glob(p, &full)
+                        || glob(p, &format!("{file}:{}", s.name))
+                });
+                if !wanted {
+                    continue;
+                }
+                let addr = bias.wrapping_add(s.value as usize);
+                let strategy = strategies
+                    .entry(s.value)
+                    .or_insert_with(|| match place::assess(view, addr) {
+                        Ok(Strategy::Jump) => "jump".to_string(),
+                        Ok(Strategy::Int3(why)) => format!("int3 ({why})"),
+                        Ok(Strategy::Original) => "int3".to_string(),
+                        Err(e) => format!("refused ({e})"),
+                    })
+                    .clone();
+                let offset = info.offset_of_vaddr(s.value).map_or("-".to_string(), |o| format!("{o:#x}"));
+                let _ = writeln!(out, "{full:<48} {offset:>10} {:>7}  {strategy}", s.size);
+                count += 1;
+                if out.len() > 1 << 16 {
+                    let _ = sys::write_all(fd, out.as_bytes());
+                    out.clear();
+                }
+            }
+        }
+    });
+    let _ = sys::write_all(fd, out.as_bytes());
+    count
+}

@@ -1,0 +1,39 @@
+//! Events without writing code: probes given as the kernel's `uprobe_events` definitions
+//! (`-e`, `--events`), their fetchargs recorded on the hit path into per-thread buffers, and a
+//! stream of records in time order (text as the kernel's trace shows it, JSON lines, or
+//! Chrome trace events). A front-end beside the C API, as the kernel's `trace_uprobe.c` sits
+//! beside `events/uprobes.c`: it registers `struct uprobe`/`struct uretprobe` objects whose
+//! handlers record.
+//!
+//! - [`def`], [`fetch`], [`names`]: definitions, fetchargs and types, function names and
+//!   globs (pure);
+//! - [`format`]: records as text, JSON and Chrome events (pure);
+//! - [`events`]: the run's events and their probe objects;
+//! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
+//! - [`buffers`]: the per-thread rings;
+//! - [`drain`]: the thread that writes the records out, and the end of the stream;
+//! - [`setup`]: start-up: resolving and registering the definitions;
+//! - [`list`]: `--list`, the functions that can be probed and how.
+//!
+//! Context: `record`, `clock::now` and `buffers`' writer run on the hit path (signal, stub or
+//! trampoline context, thread busy: no allocation, no lock, no system call, no libc);
+//! `drain` runs on its own thread and at process exit; `setup` and `list` at start-up; the
+//! pure modules anywhere.
+
+#[allow(unsafe_code)]
+pub mod buffers;
+#[allow(unsafe_code)]
+pub mod clock;
+pub mod def;
+#[allow(unsafe_code)]
+pub mod drain;
+#[allow(unsafe_code)]
+pub mod events;
+pub mod fetch;
+pub mod format;
+pub mod list;
+pub mod names;
+#[allow(unsafe_code)]
+pub mod record;
+#[allow(unsafe_code)]
+pub mod setup;

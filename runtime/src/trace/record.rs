@@ -1,0 +1,226 @@
+//! The recording handlers: what a hit of an event does. They run on the hit path (signal
+//! context on the `int3` path, stub or trampoline context otherwise), with the thread marked
+//! busy by the core: no allocation, no lock, no system call, no libc; memory the program
+//! names is read with `base::usercopy`, so a bad pointer costs a fault signal and is recorded
+//! as a fault.
+//!
+//! A record, in the thread's ring (little-endian, 8-byte aligned):
+//!
+//! ```text
+//! 0  u32 size   4 u32 event   8 u64 clock reading   16 u64 address (the probe; a return
+//! event: the function)   24 u64 caller (return events)   32 u32 cpu   36 u32 0
+//! 40 u64 fault bits (bit i: fetcharg i could not be read)   48 the fetchargs, in order:
+//!    a number: u64 (as read, not yet extended or cut to its bitfield)
+//!    an array of N numbers: N u64s
+//!    a string: u32 length, then its bytes; FAULT for a fault, COMM for `$comm`
+//!    an array of N strings: N strings
+//! ```
+
+use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
+use crate::base::usercopy;
+use crate::trace::buffers::{self, Full, Writer};
+use crate::trace::clock;
+use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
+use crate::trace::fetch::{Base, Fetch, FetchArg};
+
+pub const HEADER_LEN: usize = 48;
+/// A string's length word for a string that could not be read.
+pub const FAULT: u32 = u32::MAX;
+/// A string's length word for `$comm`, which the drain thread fills in.
+pub const COMM: u32 = u32::MAX - 1;
+/// The longest string kept (the kernel's limit, less its NUL).
+pub const MAX_STRING: usize = 4095;
+
+/// The entry handler of every entry event.
+///
+/// # Safety
+/// Called by the core with its probe object (an [`EntryProbe`]) and the registers.
+pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
+    // SAFETY: the core passes the registered object, which is an EntryProbe, and the hit's
+    // registers, valid for the call.
+    let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
+    if let Some(ev) = events::get(index) {
+        record(ev, index, regs, regs.rip, 0);
+    }
+}
+
+/// The return handler of every return event.
+///
+/// # Safety
+/// Called by the core with the instance of a [`ReturnProbe`] and the registers.
+pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs) {
+    // SAFETY: as in `on_entry`; the instance names its return probe, a ReturnProbe.
+    let (index, func, caller, regs) = unsafe {
+        let rp = (*ri).rp;
+        ((*(rp as *mut ReturnProbe)).event, (*rp).u.vaddr, (*ri).ret_addr, &*regs)
+    };
+    if let Some(ev) = events::get(index) {
+        record(ev, index, regs, func, caller);
+    }
+}
+
+#[inline(always)]
+fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
+    let (clock, cpu) = clock::now();
+    if buffers::closed() {
+        return;
+    }
+    let Some(ring) = buffers::mine() else {
+        ev.dropped.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        return;
+    };
+    let header = Header { index, clock, addr, caller, cpu };
+    let mut w = ring.writer(false);
+    if write(&mut w, ev, regs, &header).is_ok() && w.commit().is_ok() {
+        return;
+    }
+    // No room before the ring's end: start over at its start, where the drain made room.
+    if ring.writer(false).may_wrap() {
+        let mut w = ring.writer(true);
+        if write(&mut w, ev, regs, &header).is_ok() && w.commit().is_ok() {
+            return;
+        }
+    }
+    ev.dropped.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+}
+
+struct Header {
+    index: u32,
+    clock: u64,
+    addr: u64,
+    caller: u64,
+    cpu: u32,
+}
+
+fn write(w: &mut Writer, ev: &Event, regs: &PtRegs, h: &Header) -> Result<(), Full> {
+    w.put_u32(0)?;
+    w.put_u32(h.index)?;
+    w.put_u64(h.clock)?;
+    w.put_u64(h.addr)?;
+    w.put_u64(h.caller)?;
+    w.put_u32(h.cpu)?;
+    w.put_u32(0)?;
+    w.put_u64(0)?;
+    let mut faults = 0u64;
+    let file_base = ev.file_base.load(core::sync::atomic::Ordering::Relaxed);
+    for (i, arg) in ev.args.iter().enumerate() {
+        if !fetch_arg(w, arg, regs, file_base)? {
+            faults |= 1 << i;
+        }
+    }
+    w.patch_u64(40, faults);
+    Ok(())
+}
+
+/// The registers as the 21 words of `struct pt_regs`.
+fn word(regs: &PtRegs, i: u8) -> u64 {
+    let words: &[u64; 21] =
+        // SAFETY: PtRegs is repr(C) with exactly 21 u64 fields (checked by its layout test).
+        unsafe { &*(regs as *const PtRegs as *const [u64; 21]) };
+    words[usize::from(i).min(20)]
+}
+
+/// A value that is not read from memory at its last step, or None for a fault on the way.
+fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
+    match f {
+        Fetch::Reg(r) => Some(word(regs, r.0)),
+        Fetch::StackPointer => Some(regs.rsp),
+        Fetch::Stack(n) => usercopy::read_u64(regs.rsp as usize + 8 * *n as usize),
+        Fetch::Retval => Some(regs.rax),
+        Fetch::Arg(n) => Some(match n {
+            1 => regs.rdi,
+            2 => regs.rsi,
+            3 => regs.rdx,
+            4 => regs.rcx,
+            5 => regs.r8,
+            6 => regs.r9,
+            // At a function's entry the return address is at %rsp, the 7th argument above it.
+            n => return usercopy::read_u64(regs.rsp as usize + 8 * (*n as usize - 6)),
+        }),
+        Fetch::Immediate(v) => Some(*v),
+        Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => {
+            usercopy::read_u64(address(f, regs, file_base)? as usize)
+        }
+        Fetch::Comm | Fetch::ImmediateString(_) => None,
+    }
+}
+
+/// The address a memory fetch reads at its last step.
+fn address(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
+    match f {
+        Fetch::Memory(a) => Some(*a),
+        Fetch::FileOffset(o) if file_base != 0 => Some(file_base.wrapping_add(*o)),
+        Fetch::Deref { offset, inner } => Some(value(inner, regs, file_base)?.wrapping_add(*offset as u64)),
+        _ => None,
+    }
+}
+
+/// Writes one fetcharg; Ok(false) for a fault (the slot is still written, zero).
+fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Result<bool, Full> {
+    let count = arg.ty.count.unwrap_or(1) as usize;
+    match (&arg.fetch, arg.ty.base) {
+        (Fetch::Comm, _) => w.put_u32(COMM).map(|()| true),
+        (Fetch::ImmediateString(s), _) => {
+            let s = &s[..s.len().min(MAX_STRING)];
+            w.put_u32(s.len() as u32)?;
+            w.put(s).map(|()| true)
+        }
+        (f, Base::String) => {
+            let Some(at) = address(f, regs, file_base) else {
+                for _ in 0..count {
+                    w.put_u32(FAULT)?;
+                }
+                return Ok(false);
+            };
+            let mut all = true;
+            for i in 0..count {
+                // An array of strings holds pointers; a single string is read where it is.
+                let start = if arg.ty.count.is_some() { usercopy::read_u64(at as usize + 8 * i) } else { Some(at) };
+                all &= string(w, start)?;
+            }
+            Ok(all)
+        }
+        (f, _) => {
+            let size = usize::from(arg.ty.size);
+            let at = match f {
+                Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => address(f, regs, file_base),
+                _ => {
+                    let v = value(f, regs, file_base);
+                    w.put_u64(v.unwrap_or(0))?;
+                    return Ok(v.is_some());
+                }
+            };
+            let mut ok = at.is_some();
+            for i in 0..count {
+                let mut b = [0u8; 8];
+                if let Some(a) = at {
+                    ok &= usercopy::copy(&mut b[..size], a as usize + i * size);
+                }
+                w.put_u64(if ok { u64::from_le_bytes(b) } else { 0 })?;
+            }
+            Ok(ok)
+        }
+    }
+}
+
+/// Writes the string at `at`: its length and bytes, or FAULT.
+fn string(w: &mut Writer, at: Option<u64>) -> Result<bool, Full> {
+    w.put_u32(0)?;
+    let len_at = w.len - 4;
+    let room = w.room();
+    let max = room.len().min(MAX_STRING);
+    let got = at.and_then(|a| usercopy::strncpy(&mut room[..max], a as usize));
+    match got {
+        // Cut by the room left, not by the string's end: the record does not fit here.
+        Some(n) if n == max && max < MAX_STRING => Err(Full),
+        Some(n) => {
+            w.advance(n);
+            w.patch_u32(len_at, n as u32);
+            Ok(true)
+        }
+        None => {
+            w.patch_u32(len_at, FAULT);
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Start-up: the run's definitions (`-e`, `--events FILE`) parsed, resolved against the
+//! modules loaded now, made into events and their probes, registered as one placement batch,
+//! and the stream started. A definition that is wrong stops the run before `main` with one
+//! line naming it, the column and what was expected, and exit status 2; `--lenient` skips
+//! the probes that cannot be placed instead. A definition on a module not loaded yet waits
+//! for it (armed at its `dlopen`, as `module:symbol` probes are).
+//!
+//! Context: start-up (before the program's constructors and `main`), normal context.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::base::abi::{Uprobe, Uretprobe};
+use crate::base::elf::{self, ElfInfo, LoadedModule};
+use crate::base::{maps, output, sys};
+use crate::probe::symbols::View;
+use crate::probe::table::Consumer;
+use crate::probe::{deferred, registry};
+use crate::trace::def::{self, DefError, Definition, Kind, Place};
+use crate::trace::drain::{self, Format};
+use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
+use crate::trace::fetch::Fetch;
+use crate::trace::names::{demangle, glob, without_parameters};
+use crate::trace::{buffers, clock, record};
+
+/// What the run asks of the stream.
+pub struct Settings {
+    /// `-e` definitions, in order.
+    pub events: Vec<String>,
+    /// `--events` files.
+    pub files: Vec<String>,
+    pub format: Format,
+    /// Bytes of each thread's buffer.
+    pub buffer_size: usize,
+    pub lenient: bool,
+    /// In a program reached by a followed exec: what does not apply is reported, not fatal.
+    pub followed_exec: bool,
+}
+
+/// Threads with a buffer of their own at once; more share nothing and drop their records.
+const THREADS: usize = 256;
+/// A thread's buffer when `--buffer-size` is not given.
+pub const DEFAULT_BUFFER: usize = 1 << 20;
+/// Exit status of a run refused over its definitions.
+const REFUSED: i32 = 2;
+
+/// A definition and where it came from (`-e`, `FILE:LINE`).
+struct Source {
+    origin: String,
+    def: Definition,
+}
+
+/// One probe a definition resolved to.
+struct Target {
+    source: usize,
+    name: String,
+    /// `symbol_name` for the core ("module:symbol+off"), or an address.
+    spec: Option<String>,
+    addr: usize,
+}
+
+/// Reads, resolves and registers the definitions and starts the stream; false when there
+/// are none.
+pub fn start(settings: &Settings) -> bool {
+    let mut texts: Vec<(String, String)> = settings.events.iter().map(|t| ("-e".to_string(), t.clone())).collect();
+    for file in &settings.files {
+        let c = CString::new(file.as_str()).unwrap_or_default();
+        let text = match sys::read_file(&c) {
+            Ok(t) => String::from_utf8_lossy(&t).into_owned(),
+            Err(e) => refuse_line(&format!("--events {file}: {}", std::io::Error::from_raw_os_error(e)), settings),
+        };
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if !line.is_empty() && !line.starts_with('#') {
+                texts.push((format!("{file}:{}", i + 1), line.to_string()));
+            }
+        }
+    }
+    if texts.is_empty() {
+        return false;
+    }
+    let mut sources = Vec::new();
+    for (origin, text) in texts {
+        match def::parse(&text) {
+            Ok(def) => sources.push(Source { origin, def }),
+            Err(e) => refuse(&origin, &text, &e, settings),
+        }
+    }
+    let targets = registry::with_view(|view| resolve_all(view, &sources, settings));
+    let mut names: Vec<&str> = Vec::new();
+    for t in &targets {
+        if names.contains(&t.name.as_str()) {
+            let s = &sources[t.source];
+            let e = DefError { at: 0, what: format!("an event name not used before ({} is)", t.name) };
+            refuse(&s.origin, &s.def.text, &e, settings);
+        }
+        names.push(&t.name);
+    }
+    if targets.is_empty() {
+        return false;
+    }
+    if let Err(e) = buffers::init(THREADS, settings.buffer_size) {
+        output::message(format_args!("cannot reserve the event buffers: {}", std::io::Error::from_raw_os_error(e)));
+        return false;
+    }
+    clock::init();
+    events::publish(targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect());
+    registry::ON_ARMED.store(on_armed as fn(usize, usize) as usize, Ordering::Release);
+    register(&targets, &sources, settings);
+    set_file_bases();
+    drain::start(settings.format);
+    if registry::VERBOSE.load(Ordering::Relaxed) {
+        output::message(format_args!("{} events; records timed with {}", targets.len(), clock::describe()));
+    }
+    extern "C" fn child() {
+        buffers::after_fork();
+        drain::after_fork();
+    }
+    // SAFETY: a plain function that stays loaded for the life of the process.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    true
+}
+
+/// Says why the run cannot go on, and ends it before `main`, unless it is an exec'd program.
+fn refuse_line(line: &str, settings: &Settings) -> ! {
+    if settings.followed_exec {
+        output::message(format_args!("{line}"));
+    }
+    let _ = sys::write_all(2, format!("uprobe-run: {line}\n").as_bytes());
+    output::flush();
+    sys::exit_now(REFUSED)
+}
+
+fn refuse(origin: &str, text: &str, e: &DefError, settings: &Settings) {
+    let line = format!("{origin} '{text}': {e}");
+    if settings.lenient || settings.followed_exec {
+        output::message(format_args!("{line}; skipped"));
+        return;
+    }
+    refuse_line(&line, settings);
+}
+
+fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Vec<Target> {
+    let own = record::on_entry as *const () as usize;
+    let modules: Vec<LoadedModule> = view.modules().iter().filter(|m| !m.holds(own)).cloned().collect();
+    let mut targets = Vec::new();
+    for (i, s) in sources.iter().enumerate() {
+        match resolve(view, &modules, &s.def) {
+            Ok(found) => {
+                targets.extend(found.into_iter().map(|(name, spec, addr)| Target { source: i, name, spec, addr }))
+            }
+            Err(e) => refuse(&s.origin, &s.def.text, &e, settings),
+        }
+    }
+    targets
+}
+
+/// The column of WHERE in a definition.
+fn where_at(def: &Definition) -> usize {
+    let head = def.text.split_whitespace().next().unwrap_or("");
+    def.text[head.len()..].find(|c: char| !c.is_whitespace()).map_or(0, |i| head.len() + i)
+}
+
+type Found = Vec<(String, Option<String>, usize)>;
+
+fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<Found, DefError> {
+    let at = where_at(d);
+    let fail = |what: String| DefError { at, what };
+    let named = |default: String| d.event.clone().unwrap_or(default);
+    let needs_entry = d.args.iter().any(|a| uses_arg(&a.fetch));
+    match &d.place {
+        Place::Address(a) => {
+            if needs_entry && view.function_code(*a as usize).is_none_or(|f| f.start != *a as usize) {
+                return Err(fail(format!("a function's entry for $argN, not {a:#x}")));
+            }
+            Ok(vec![(named(d.default_name(None)), None, *a as usize)])
+        }
+        Place::FileOffset { path, offset } => {
+            let canonical = std::fs::canonicalize(path).ok().map(|p| p.display().to_string());
+            let module =
+                modules.iter().find(|m| Some(&m.path) == canonical.as_ref() || elf::module_matches(&m.path, path));
+            let file = module.map(|m| m.path.clone()).or(canonical.clone());
+            let Some(file) = file else { return Err(fail(format!("a loaded module or an existing file, not {path}"))) };
+            let info = view.elf(&file).ok_or_else(|| fail(format!("an ELF file: {file}")))?;
+            let vaddr =
+                info.vaddr_of_offset(*offset).ok_or_else(|| fail(format!("an offset inside a segment of {file}")))?;
+            let entry = info.containing(vaddr).is_some_and(|s| s.value == vaddr);
+            if needs_entry && !entry {
+                return Err(fail(format!("a function's entry for $argN, not offset {offset:#x} of {file}")));
+            }
+            let name = named(d.default_name(None));
+            if let Some(m) = module {
+                let bias = info.bias(m.first_start, m.first_offset).ok_or_else(|| fail(format!("{file} mapped")))?;
+                return Ok(vec![(name, None, bias.wrapping_add(vaddr as usize))]);
+            }
+            // Not loaded yet: named by the function that holds it, to be armed at its load.
+            let sym = info.containing(vaddr).ok_or_else(|| {
+                fail(format!("a function at offset {offset:#x} of {file}, which is not loaded yet (none covers it)"))
+            })?;
+            Ok(vec![(name, Some(format!("{file}:{}+{:#x}", sym.name, vaddr - sym.value)), 0)])
+        }
+        Place::Symbol { module, name, offset } => {
+            let candidates: Vec<&LoadedModule> = match module {
+                Some(m) => {
+                    // A relative path names the file it leads to, as for PATH:OFFSET.
+                    let canonical = m.contains('/').then(|| std::fs::canonicalize(m).ok()).flatten();
+                    let canonical = canonical.map(|p| p.display().to_string());
+                    modules
+                        .iter()
+                        .filter(|x| elf::module_matches(&x.path, m) || Some(&x.path) == canonical.as_ref())
+                        .collect()
+                }
+                None if def::is_glob(name) => modules.iter().take(1).collect(),
+                None => modules.iter().collect(),
+            };
+            if candidates.is_empty() {
+                let m = module.as_deref().unwrap_or("");
+                if def::is_glob(name) {
+                    return Err(fail(format!("a glob over a loaded module ({m} is not loaded at start-up)")));
+                }
+                // Armed when the module is loaded, by the name given.
+                return Ok(vec![(named(d.default_name(None)), Some(format!("{m}:{name}+{offset:#x}")), 0)]);
+            }
+            let mut found: Found = Vec::new();
+            for m in candidates {
+                let Some(info) = view.elf(&m.path) else { continue };
+                for (mangled, shown) in matching(&info, name) {
+                    let event = match &d.event {
+                        Some(e) if !def::is_glob(name) => e.clone(),
+                        _ => d.default_name(Some(&shown)),
+                    };
+                    let spec = format!("{}:{mangled}+{offset:#x}", m.path);
+                    if !found.iter().any(|f| f.1.as_deref() == Some(&spec)) {
+                        found.push((event, Some(spec), 0));
+                    }
+                }
+                if !found.is_empty() && !def::is_glob(name) {
+                    break;
+                }
+            }
+            if d.event.is_some() && def::is_glob(name) {
+                return Err(fail("no EVENT name with a glob (each match is named after its function)".into()));
+            }
+            match found.len() {
+                0 if def::is_glob(name) => Err(fail(format!("a glob that matches a function, not {name:?}"))),
+                0 => Err(fail(format!(
+                    "a function named {name:?} in {}",
+                    module.as_deref().unwrap_or("a loaded module")
+                ))),
+                n if n > 1 && !def::is_glob(name) => Err(fail(format!(
+                    "one function named {name:?}, not {n}: give the parameter list (see uprobe-run --list)"
+                ))),
+                _ if needs_entry && *offset != 0 => Err(fail("a function's entry for $argN (no +OFFSET)".into())),
+                _ => Ok(found),
+            }
+        }
+    }
+}
+
+fn uses_arg(f: &Fetch) -> bool {
+    match f {
+        Fetch::Arg(_) => true,
+        Fetch::Deref { inner, .. } => uses_arg(inner),
+        _ => false,
+    }
+}
+
+/// The functions of `info` that `name` names: (mangled name, shown name).
+fn matching(info: &ElfInfo, name: &str) -> Vec<(String, String)> {
+    if !def::is_glob(name) {
+        if let Some(s) = info.symbol(name).filter(|s| s.code) {
+            let shown = demangle(&s.name).map_or(s.name.clone(), |d| without_parameters(&d).to_string());
+            return vec![(s.name.clone(), shown)];
+        }
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut seen: Vec<u64> = Vec::new();
+    for s in info.symbols().iter().filter(|s| s.code && s.size > 0) {
+        let demangled = demangle(&s.name);
+        let short = demangled.as_deref().map(without_parameters);
+        let hit = if def::is_glob(name) {
+            glob(name, &s.name)
+                || demangled.as_deref().is_some_and(|d| glob(name, d))
+                || short.is_some_and(|d| glob(name, d))
+        } else {
+            demangled.as_deref() == Some(name) || short == Some(name)
+        };
+        if hit && !seen.contains(&s.value) {
+            seen.push(s.value);
+            out.push((s.name.clone(), short.map_or(s.name.clone(), str::to_string)));
+        }
+    }
+    out
+}
+
+fn make_event(index: u32, t: &Target, s: &Source) -> Event {
+    let symbol_name = t.spec.as_ref().map_or(core::ptr::null(), |spec| {
+        CString::new(spec.as_str()).unwrap_or_default().into_raw() as *const core::ffi::c_char
+    });
+    let u = Uprobe {
+        pid: 0,
+        vaddr: t.addr as _,
+        handler: Some(record::on_entry),
+        registration_callback: None,
+        symbol_name,
+        offset: 0,
+        reserved: [core::ptr::null_mut(); 4],
+    };
+    let probe = match s.def.kind {
+        Kind::Entry => Probe::Entry(Box::into_raw(Box::new(EntryProbe { u, event: index }))),
+        Kind::Return => Probe::Return(Box::into_raw(Box::new(ReturnProbe {
+            rp: Uretprobe {
+                u: Uprobe { handler: None, ..u },
+                handler: Some(record::on_return),
+                entry_handler: None,
+                data_size: 0,
+                maxactive: 0,
+                nmissed: 0,
+            },
+            event: index,
+        }))),
+    };
+    Event {
+        name: t.name.clone(),
+        group: s.def.group.clone(),
+        definition: s.def.text.clone(),
+        kind: s.def.kind,
+        args: s.def.args.clone(),
+        probe,
+        file_base: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+    }
+}
+
+fn consumer(ev: &Event) -> Consumer {
+    match ev.probe {
+        Probe::Entry(p) => Consumer::Uprobe(p.cast()),
+        Probe::Return(p) => Consumer::Uretprobe(p.cast()),
+    }
+}
+
+/// Registers every event's probe in one placement batch.
+fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
+    let mut failed = Vec::new();
+    deferred::batch(|| {
+        for (i, ev) in events::all().iter().enumerate() {
+            // SAFETY: the probe objects are leaked, valid for the life of the process.
+            match deferred::inside(|| unsafe { registry::register(consumer(ev)) }) {
+                Ok(_) => {}
+                Err(e) if e.refuses_writable_code() => deferred::disable_for_wx(&e),
+                Err(e) => failed.push((i, e)),
+            }
+        }
+    });
+    for (i, e) in failed {
+        let s = &sources[targets[i].source];
+        let at = where_at(&s.def);
+        refuse(&s.origin, &s.def.text, &DefError { at, what: format!("a place a probe can go: {e}") }, settings);
+    }
+}
+
+/// `@+OFFSET` needs where each probed file is mapped: from the mappings, for every event
+/// placed now.
+fn set_file_bases() {
+    let maps = maps::current();
+    for ev in events::all() {
+        set_file_base(ev, ev.address(), &maps);
+    }
+}
+
+fn set_file_base(ev: &Event, addr: usize, maps: &[maps::Mapping]) {
+    if let Some(m) = maps::find(maps, addr).filter(|_| addr != 0) {
+        ev.file_base.store((m.start as u64).wrapping_sub(m.offset as u64), Ordering::Relaxed);
+    }
+}
+
+/// The registry's hook: an event waiting for its module was placed (at a `dlopen`).
+fn on_armed(key: usize, addr: usize) {
+    if let Some(ev) = events::all().iter().find(|e| e.key() == key) {
+        set_file_base(ev, addr, &maps::current());
+    }
+}
