@@ -62,9 +62,19 @@ const char   *uprobe_param(const char *name);      /* value of `--param name=val
 int           uprobe_printf(const char *fmt, ...);  /* async-signal-safe, to the run's output */
 unsigned long uprobe_lookup(const char *spec);     /* "sym", "module:sym+off" -> address, 0 if none */
 
-/* Optional exports of a handler library. */
-int  uprobe_init(void);  /* after loading, in command-line order; non-zero aborts the run */
-void uprobe_exit(void);  /* at process exit, in reverse order */
+/* Optional exports of a handler library; a library must export at least one of them.
+ *
+ * uprobe_init: after loading, in command-line order; non-zero aborts the run.
+ * uprobe_exit: once per process when it really ends, in reverse order, and only for
+ *   libraries whose uprobe_init succeeded: return from main, exit, _exit/_Exit, a signal
+ *   whose default action ends the process (SIGINT, SIGTERM, SIGSEGV, SIGABRT...; the
+ *   process then dies of that same signal), or exec (before the new program starts).
+ *   After a fatal signal it runs inside the signal handler: call only async-signal-safe
+ *   functions there (uprobe_printf is one) if the report must survive a crash in malloc.
+ *   SIGKILL, a raw exit_group system call and a fault with SIGSEGV blocked end the
+ *   process without it. A fault in uprobe_init or uprobe_exit is reported by name. */
+int  uprobe_init(void);
+void uprobe_exit(void);
 
 #ifdef __cplusplus
 }

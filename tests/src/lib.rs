@@ -103,6 +103,7 @@ pub fn test_handler(name: &str) -> PathBuf {
 }
 
 /// One run of a program under uprobe-run.
+#[derive(Clone, Debug)]
 pub struct Run {
     pub status: std::process::ExitStatus,
     pub stdout: String,

@@ -1,6 +1,7 @@
-//! exec: by default the exec'd program runs without the runtime, and the runtime's entry
-//! leaves LD_PRELOAD while the user's own entries stay; with --follow-exec the exec'd program
-//! runs with the same handlers, and probes that do not apply to it are reported and skipped.
+//! exec: the program that execs reports first; by default the exec'd program runs without
+//! the runtime, and the runtime's entry leaves LD_PRELOAD while the user's own entries stay;
+//! with --follow-exec the exec'd program runs with the same handlers, and probes that do not
+//! apply to it are reported and skipped.
 
 use uprobe_tests::*;
 
@@ -31,9 +32,10 @@ fn an_execd_program_runs_without_the_runtime_and_keeps_the_users_preload() {
         )
     );
     assert_eq!(run.stderr, "");
-    // Only the parent reports: the exec'd child had no runtime.
-    assert_eq!(count_table(&run), vec![row(4)]);
-    assert_eq!(run.output.lines().count(), 2, "{}", run.output);
+    // The forked child reports before its exec (its copy of the counts: 3 hits), the exec'd
+    // program has no runtime, the parent reports at its exit.
+    assert_eq!(count_table(&run), vec![row(3), row(4)]);
+    assert_eq!(run.output.lines().count(), 4, "{}", run.output);
 }
 
 #[test]
@@ -54,9 +56,10 @@ fn follow_exec_runs_the_execd_program_with_the_same_handlers() {
             runtime.display()
         )
     );
-    // The exec'd child's table first (the parent waits for it), then the parent's.
-    assert_eq!(count_table(&run), vec![row(2), row(4)]);
-    assert_eq!(run.output.lines().count(), 4, "{}", run.output);
+    // The forked child's report before its exec, the exec'd program's table (the parent
+    // waits for it), then the parent's.
+    assert_eq!(count_table(&run), vec![row(3), row(2), row(4)]);
+    assert_eq!(run.output.lines().count(), 6, "{}", run.output);
 }
 
 #[test]
@@ -76,8 +79,10 @@ fn follow_exec_reports_and_skips_probes_that_do_not_apply() {
     assert_eq!(run.stdout, "parent: sum=9\nparent: child status 0, work(9)=19\n");
     let true_path = std::fs::canonicalize("/bin/true").unwrap();
     let lines: Vec<&str> = run.output.lines().collect();
+    // The forked child's report before its exec comes first.
+    assert_eq!(count_table(&Run { output: lines[..2].join("\n"), ..run.clone() }), vec![row(3)]);
     assert_eq!(
-        lines[..3],
+        lines[2..5],
         [
             "uprobe-run: register_uprobe(work): symbol \"work\" not found in any loaded module",
             "count: cannot probe work: ENOENT (-2)",
@@ -90,6 +95,6 @@ fn follow_exec_reports_and_skips_probes_that_do_not_apply() {
         "{}",
         run.output
     );
-    assert_eq!(count_table(&run), vec![row(4)]);
-    assert_eq!(lines.len(), 5, "{}", run.output);
+    assert_eq!(count_table(&run), vec![row(3), row(4)]);
+    assert_eq!(lines.len(), 7, "{}", run.output);
 }

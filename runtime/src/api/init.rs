@@ -2,10 +2,10 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::api::{exports, handlers};
+use crate::api::{ending, exports, handlers};
 use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
-use crate::hazard::{dl, environ, fds, fork, signals, sigtrap, spawn};
+use crate::hazard::{dl, endings, environ, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
 use crate::probe::{deferred, dispatch, place, rcu, registry};
 use crate::trace;
@@ -94,8 +94,9 @@ extern "C" fn init() {
     if let Err(errno) = sigtrap::install() {
         fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }
-    // SAFETY: run_exits is an extern "C" fn() that stays loaded until the process ends.
-    unsafe { libc::atexit(handlers::run_exits) };
+    endings::init(ending::finish);
+    // SAFETY: at_exit is an extern "C" fn() that stays loaded until the process ends.
+    unsafe { libc::atexit(endings::at_exit) };
     if !spec.handlers.is_empty() && registry::main_is_go() {
         output::message(format_args!(
             "{} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work",

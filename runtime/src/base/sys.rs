@@ -337,6 +337,35 @@ pub fn readlink(path: &CStr) -> Result<String, Errno> {
     Ok(String::from_utf8_lossy(&buf[..n.min(buf.len())]).into_owned())
 }
 
+/// Whether `path` (relative to `dirfd`; `flags` may hold `AT_SYMLINK_NOFOLLOW`) is a
+/// regular file the process may execute: what `execve` checks first.
+pub fn may_execute_at(dirfd: i32, path: &CStr, flags: i32) -> bool {
+    // SAFETY: a zeroed stat is a valid buffer for the kernel to fill.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable stat buffer.
+    let stat = unsafe {
+        call(
+            Call::Other,
+            libc::SYS_newfstatat,
+            [dirfd as usize, path.as_ptr() as usize, &mut st as *mut libc::stat as usize, flags as usize, 0, 0],
+        )
+    };
+    if stat.is_err() || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
+    let args = [dirfd as usize, path.as_ptr() as usize, libc::X_OK as usize, (flags | libc::AT_EACCESS) as usize, 0, 0];
+    // SAFETY: a NUL-terminated path and plain integers.
+    match unsafe { call(Call::Other, libc::SYS_faccessat2, args) } {
+        // Kernels before 5.8: faccessat, which checks with the real ids (the same here:
+        // the runtime never runs in a setuid program).
+        Err(libc::ENOSYS) => {
+            // SAFETY: as above.
+            unsafe { call(Call::Other, libc::SYS_faccessat, [args[0], args[1], args[2], 0, 0, 0]).is_ok() }
+        }
+        other => other.is_ok(),
+    }
+}
+
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: usize = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: usize = 1 << 4;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: usize = 1 << 5;
@@ -449,6 +478,12 @@ pub fn auxv(kind: u64) -> Option<u64> {
         })
         .find(|&(k, _)| k == kind)
         .map(|(_, v)| v)
+}
+
+/// Arms (or, with 0, cancels) the process's SIGALRM timer.
+pub fn alarm(seconds: u32) {
+    // SAFETY: alarm takes a plain integer.
+    let _ = unsafe { call(Call::Other, libc::SYS_alarm, [seconds as usize, 0, 0, 0, 0, 0]) };
 }
 
 /// Ends the process at once without running exit handlers.

@@ -23,8 +23,8 @@ use crate::base::{output, sys};
 use crate::hazard::interpose::{next, Next};
 use crate::probe::deferred;
 use crate::probe::owners;
-use crate::probe::registry;
 use crate::probe::thread;
+use crate::probe::{lifecycle, registry};
 
 static DLOPEN: Next = Next::new(c"dlopen");
 static DLCLOSE: Next = Next::new(c"dlclose");
@@ -82,7 +82,7 @@ fn follow() -> bool {
 }
 
 fn after_load() {
-    for (consumer, result) in deferred::inside(registry::arm_pending) {
+    for (consumer, result) in deferred::inside(lifecycle::arm_pending) {
         match result {
             Ok(addr) => {
                 owners::describe(consumer.key(), addr, registry::symbolize(addr).as_deref(), consumer.handler_address())
@@ -93,7 +93,7 @@ fn after_load() {
 }
 
 fn after_unload() {
-    for (consumer, addr) in deferred::inside(registry::drop_unmapped) {
+    for (consumer, addr) in deferred::inside(lifecycle::drop_unmapped) {
         let kind = if consumer.is_return() { "return probe" } else { "probe" };
         output::message(format_args!("{kind} at {addr:#x} removed: its library was unloaded"));
     }

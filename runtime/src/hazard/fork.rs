@@ -11,7 +11,8 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::{alloc, disable};
-use crate::probe::{rcu, registry, thread};
+use crate::hazard::endings;
+use crate::probe::{lifecycle, rcu, thread};
 
 static NO_FOLLOW: AtomicBool = AtomicBool::new(false);
 
@@ -24,7 +25,7 @@ thread_local! {
 extern "C" fn prepare() {
     let locked = !thread::inside_runtime();
     if locked {
-        registry::fork_prepare();
+        lifecycle::fork_prepare();
         alloc::fork_lock();
     }
     LOCKED.with(|l| l.set(locked));
@@ -33,11 +34,13 @@ extern "C" fn prepare() {
 extern "C" fn parent() {
     if LOCKED.with(|l| l.replace(false)) {
         alloc::fork_unlock();
-        registry::fork_parent();
+        lifecycle::fork_parent();
     }
 }
 
 extern "C" fn child() {
+    // A process of its own now: its endings report (a vfork child's do not).
+    endings::note_pid();
     if LOCKED.with(|l| l.replace(false)) {
         alloc::fork_unlock();
         let disarm = NO_FOLLOW.load(Ordering::Relaxed);
@@ -50,7 +53,7 @@ extern "C" fn child() {
         if !thread::in_handler() {
             rcu::readers_after_fork();
         }
-        registry::fork_child(disarm);
+        lifecycle::fork_child(disarm);
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! - [`sigtrap`]: the SIGTRAP entry point (probe hits go to `probe::dispatch`, the program's
 //!   own traps to what it installed);
-//! - [`signals`], [`faults`]: the program's signal actions and masks (interposed), and a
-//!   handler that faults;
+//! - [`signals`], [`masks`], [`sigset`], [`faults`]: the program's signal actions and masks
+//!   (interposed), and a handler that faults;
+//! - [`endings`]: every way the process ends (exit, `_exit`, exec, fatal signals), each
+//!   running the end-of-run report; [`exec`]: the exec family, interposed;
 //! - [`fork`]: the runtime's locks and counters across `fork`, and `--no-follow-fork`;
 //! - [`spawn`]: children that share the parent's memory (`posix_spawn`, `system`, `popen`);
 //! - [`dl`]: `dlopen`/`dlclose`, arming probes of libraries loaded later;
@@ -20,7 +22,11 @@
 #[allow(unsafe_code)]
 pub mod dl;
 #[allow(unsafe_code)]
+pub mod endings;
+#[allow(unsafe_code)]
 pub mod environ;
+#[allow(unsafe_code)]
+pub mod exec;
 pub mod faults;
 #[allow(unsafe_code)]
 pub mod fds;
@@ -29,7 +35,11 @@ pub mod fork;
 #[allow(unsafe_code)]
 pub mod interpose;
 #[allow(unsafe_code)]
+pub mod masks;
+#[allow(unsafe_code)]
 pub mod signals;
+#[allow(unsafe_code)]
+pub mod sigset;
 #[allow(unsafe_code)]
 pub mod sigtrap;
 #[allow(unsafe_code)]

@@ -1,47 +1,37 @@
-//! The program's signal handling, kept apart from the runtime's.
+//! The program's signal actions, kept apart from the runtime's.
 //!
-//! The runtime needs SIGTRAP (every probe hit) for itself and SIGSEGV/SIGBUS to name a handler
-//! that faults; the program may want all three, and may block SIGTRAP. So the libc functions
-//! that install actions and change masks are interposed:
+//! The runtime needs SIGTRAP (every probe hit), SIGSEGV/SIGBUS (to name a handler that
+//! faults, and to survive its own guarded reads), and the signals whose default action ends
+//! the process (to report before it ends: see `endings`). The program may want all of them.
+//! So `sigaction`, `signal`, `bsd_signal` and `sysv_signal` are interposed:
 //!
-//! - `sigaction`, `signal`, `bsd_signal`, `sysv_signal`: for SIGTRAP the program's action is
-//!   only remembered (the kernel keeps the runtime's); a trap that is not a probe hit is given
-//!   to it ([`foreign_trap`]) with its flags and mask, or meets SIG_DFL/SIG_IGN semantics. For
-//!   SIGSEGV/SIGBUS the runtime's handler is installed with the program's own flags and mask
-//!   (so the kernel picks the stack and blocks what the program asked for), turns a fault of
-//!   the runtime's guarded reads (`base::usercopy`) into a failed read, checks for a handler
-//!   fault and otherwise calls the program's handler, or ignores a sent signal the program
-//!   ignores. For every signal, SIGTRAP is taken out of the handler's mask. `sigaction` reports
-//!   the program's own action and mask back.
-//! - `sigprocmask`, `pthread_sigmask`, `sigsuspend`: SIGTRAP is taken out of the set; the
-//!   thread remembers that the program blocked it and reports it blocked. A SIGTRAP the
-//!   program sends itself (`raise`, `kill`) while it believes SIGTRAP blocked is held and
-//!   delivered when the program unblocks it; a trap the CPU raises then (its own `int3`)
-//!   ends the process with SIGTRAP, as the kernel would for a blocked synchronous trap.
+//! - SIGTRAP: the program's action is only remembered (the kernel keeps the runtime's); a
+//!   trap that is not a probe hit is given to it ([`foreign_trap`]) with its flags and mask,
+//!   or meets SIG_DFL/SIG_IGN semantics.
+//! - SIGSEGV/SIGBUS: the runtime's handler is installed with the program's own flags and mask
+//!   (so the kernel picks the stack and blocks what the program asked for); it turns a fault
+//!   of the runtime's guarded reads (`base::usercopy`) into a failed read, names a handler or
+//!   a handler library that faults, and otherwise calls the program's handler, or, where the
+//!   program left the default, reports the end of the run and lets the default action follow.
+//! - The other signals whose default action ends the process (SIGINT, SIGTERM, SIGABRT...):
+//!   while the program leaves the default, the runtime's handler stands in for it; the
+//!   program's own handler or SIG_IGN goes to the kernel as is.
+//! - Every signal: SIGTRAP is taken out of a handler's mask. `sigaction` reports the
+//!   program's own action and mask back.
 //!
 //! SIGNAL CONTEXT: [`foreign_trap`] and `on_fault` run in signal handlers: no allocation, no
 //! lock. The program's actions live in atomics.
 
-use core::cell::Cell;
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::{output, usercopy};
+use crate::hazard::endings::{self, Ending};
 use crate::hazard::faults;
-use crate::hazard::interpose::{next, Next};
+use crate::hazard::masks;
+use crate::hazard::sigset::{self, bit, bits, real_sigaction, set_of, TRAP_BIT};
 
-type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
-type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
-type SuspendFn = unsafe extern "C" fn(*const libc::sigset_t) -> c_int;
-
-static SIGACTION: Next = Next::new(c"sigaction");
-static SIGPROCMASK: Next = Next::new(c"sigprocmask");
-static PTHREAD_SIGMASK: Next = Next::new(c"pthread_sigmask");
-static SIGSUSPEND: Next = Next::new(c"sigsuspend");
-
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-
-/// The program's view of the action of a signal the runtime handles itself.
+/// The program's view of the action of a signal the runtime stands in front of.
 struct ProgramAction {
     handler: AtomicUsize,
     flags: AtomicI32,
@@ -66,17 +56,30 @@ impl ProgramAction {
         sa.sa_flags = self.flags.load(Ordering::Relaxed);
         sa.sa_mask = set_of(self.mask.load(Ordering::Relaxed));
     }
+
+    fn handler(&self) -> usize {
+        self.handler.load(Ordering::Acquire)
+    }
 }
 
-static TRAP: ProgramAction = ProgramAction::new();
-static SEGV: ProgramAction = ProgramAction::new();
-static BUS: ProgramAction = ProgramAction::new();
+static ACTIONS: [ProgramAction; 65] = [const { ProgramAction::new() }; 65];
 
-fn program_action(sig: c_int) -> Option<&'static ProgramAction> {
+/// What the runtime does with a signal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// SIGTRAP: always the runtime's handler.
+    Trap,
+    /// SIGSEGV, SIGBUS: always the runtime's handler, in front of the program's.
+    Fault,
+    /// Ends the process by default: the runtime's handler while the program leaves that.
+    Fatal,
+}
+
+fn role(sig: c_int) -> Option<Role> {
     match sig {
-        libc::SIGTRAP => Some(&TRAP),
-        libc::SIGSEGV => Some(&SEGV),
-        libc::SIGBUS => Some(&BUS),
+        libc::SIGTRAP => Some(Role::Trap),
+        libc::SIGSEGV | libc::SIGBUS => Some(Role::Fault),
+        _ if endings::FATAL.contains(&sig) => Some(Role::Fatal),
         _ => None,
     }
 }
@@ -84,106 +87,56 @@ fn program_action(sig: c_int) -> Option<&'static ProgramAction> {
 /// Signals whose handler mask, as the program gave it, held SIGTRAP.
 static MASK_HAD_TRAP: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
-    /// The program believes SIGTRAP blocked on this thread.
-    static TRAP_BLOCKED: Cell<bool> = const { Cell::new(false) };
-    /// A SIGTRAP the program sent while it believed it blocked, to deliver at unblocking.
-    static TRAP_PENDING: Cell<bool> = const { Cell::new(false) };
-}
-
-const fn bit(sig: c_int) -> u64 {
-    1 << (sig - 1)
-}
-
-const TRAP_BIT: u64 = bit(libc::SIGTRAP);
-
-fn bits(set: &libc::sigset_t) -> u64 {
-    // SAFETY: glibc's sigset_t is an array of unsigned longs whose first word holds signals
-    // 1..=64 as bits 0..=63, the layout the kernel uses.
-    unsafe { *(set as *const libc::sigset_t as *const u64) }
-}
-
-fn set_of(bits: u64) -> libc::sigset_t {
-    // SAFETY: an all-zero sigset_t is the empty set; the first word is signals 1..=64.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        *(&mut set as *mut libc::sigset_t as *mut u64) = bits;
-        set
-    }
-}
-
-/// The libc `sigaction` the program would have called.
-pub fn real_sigaction(sig: c_int, act: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> c_int {
-    let act = act.map_or(core::ptr::null(), |a| a as *const libc::sigaction);
-    let old = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
-    // SAFETY: forwarding pointers that are null or valid sigaction structs.
-    unsafe { next!(SIGACTION, SigactionFn)(sig, act, old) }
-}
-
-fn real_pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    // SAFETY: as above, for sigset_t.
-    unsafe { next!(PTHREAD_SIGMASK, MaskFn)(how, set, old) }
-}
-
-/// Installs the kernel action behind the program's action for SIGSEGV or SIGBUS.
-fn install_fault_handler(sig: c_int) -> c_int {
-    let Some(program) = program_action(sig) else { return 0 };
+/// Installs the kernel action behind the program's action for a SIGSEGV/SIGBUS or a fatal
+/// signal.
+fn install(sig: c_int) -> c_int {
+    let program = &ACTIONS[sig as usize];
     // SAFETY: a zeroed sigaction is valid; every field the kernel reads is set below.
     let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    let handler = program.handler.load(Ordering::Acquire);
+    let handler = program.handler();
     let flags = program.flags.load(Ordering::Relaxed);
     sa.sa_mask = set_of(program.mask.load(Ordering::Relaxed) & !TRAP_BIT);
-    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // SIG_IGN too: a fetcharg's read through a bad pointer must still reach `on_fault`.
-        sa.sa_sigaction = on_fault as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-    } else {
-        sa.sa_sigaction = on_fault as *const () as usize;
-        sa.sa_flags = flags | libc::SA_SIGINFO;
+    match (role(sig), handler) {
+        (Some(Role::Fault), libc::SIG_DFL | libc::SIG_IGN) => {
+            // SIG_IGN too: a guarded read must still reach `on_fault`.
+            sa.sa_sigaction = on_fault as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+        }
+        (Some(Role::Fault), _) => {
+            sa.sa_sigaction = on_fault as *const () as usize;
+            sa.sa_flags = flags | libc::SA_SIGINFO;
+        }
+        (_, libc::SIG_DFL) => {
+            sa.sa_sigaction = endings::on_fatal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            sa.sa_mask = set_of(0);
+        }
+        _ => {
+            sa.sa_sigaction = handler;
+            sa.sa_flags = flags;
+        }
     }
     real_sigaction(sig, Some(&sa), None)
 }
 
-/// Start-up: records the actions the process inherited, installs the fault handlers and
-/// starts interposing. Runs before the SIGTRAP handler is installed.
+/// Start-up: records the actions the process inherited (a SIG_IGN from the parent stays),
+/// installs the runtime's handlers and starts interposing. Runs before the SIGTRAP handler
+/// is installed.
 pub fn init() {
-    for next in [&SIGACTION, &SIGPROCMASK, &PTHREAD_SIGMASK, &SIGSUSPEND] {
-        next.resolve();
-    }
-    for sig in [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS] {
+    sigset::init();
+    masks::init();
+    for sig in 1..=64 {
+        let Some(role) = role(sig) else { continue };
         // SAFETY: a zeroed sigaction is valid output space.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
         if real_sigaction(sig, None, Some(&mut old)) == 0 {
-            program_action(sig).unwrap().store(&old);
+            ACTIONS[sig as usize].store(&old);
         }
-        if sig != libc::SIGTRAP {
-            install_fault_handler(sig);
+        if role != Role::Trap {
+            install(sig);
         }
     }
-    // A SIGTRAP blocked since before exec would turn the first probe hit into death.
-    let unblock = set_of(TRAP_BIT);
-    // SAFETY: a zeroed sigset_t is valid output space.
-    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
-    if real_pthread_sigmask(libc::SIG_UNBLOCK, &unblock, &mut old) == 0 && bits(&old) & TRAP_BIT != 0 {
-        TRAP_BLOCKED.with(|b| b.set(true));
-    }
-    ACTIVE.store(true, Ordering::Release);
-}
-
-fn active() -> bool {
-    ACTIVE.load(Ordering::Acquire)
-}
-
-/// Ends the process the way `sig`'s default action does (signal context).
-fn die_by(sig: c_int) {
-    // SAFETY: a zeroed sigaction with SIG_DFL is the default action.
-    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-    sa.sa_sigaction = libc::SIG_DFL;
-    real_sigaction(sig, Some(&sa), None);
-    let unblock = set_of(bit(sig));
-    real_pthread_sigmask(libc::SIG_UNBLOCK, &unblock, core::ptr::null_mut());
-    // SAFETY: raise is async-signal-safe; with the default action the process ends here.
-    unsafe { libc::raise(sig) };
+    sigset::activate();
 }
 
 /// Calls the program's handler `handler` as its flags say (signal context).
@@ -211,16 +164,18 @@ unsafe fn call_program(handler: usize, flags: c_int, sig: c_int, info: *mut libc
 pub unsafe fn foreign_trap(addr: usize, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel's siginfo.
     let from_cpu = unsafe { (*info).si_code } > 0;
-    if TRAP_BLOCKED.with(Cell::get) {
+    let trap = &ACTIONS[libc::SIGTRAP as usize];
+    if masks::trap_blocked() {
         if from_cpu {
             // The kernel forces the default action on a blocked trap the CPU raised.
-            return die_by(libc::SIGTRAP);
+            endings::end(Ending::Signal(libc::SIGTRAP));
+            return sigset::die_by(libc::SIGTRAP);
         }
-        TRAP_PENDING.with(|p| p.set(true));
+        masks::hold_trap();
         return;
     }
-    let handler = TRAP.handler.load(Ordering::Acquire);
-    let flags = TRAP.flags.load(Ordering::Relaxed);
+    let handler = trap.handler();
+    let flags = trap.flags.load(Ordering::Relaxed);
     if handler == libc::SIG_IGN && !from_cpu {
         return;
     }
@@ -228,15 +183,16 @@ pub unsafe fn foreign_trap(addr: usize, info: *mut libc::siginfo_t, ctx: *mut c_
         if from_cpu {
             output::message_fixed(b"uprobe-run: SIGTRAP that is not a probe hit, near ", addr);
         }
-        return die_by(libc::SIGTRAP);
+        endings::end(Ending::Signal(libc::SIGTRAP));
+        return sigset::die_by(libc::SIGTRAP);
     }
     if flags & libc::SA_RESETHAND != 0 {
-        TRAP.handler.store(libc::SIG_DFL, Ordering::Release);
+        trap.handler.store(libc::SIG_DFL, Ordering::Release);
     }
     // The kernel blocked nothing for the runtime's handler: block what the program's handler
     // asks for (never SIGTRAP itself); the signal return puts the mask back.
-    let mask = set_of(TRAP.mask.load(Ordering::Relaxed) & !TRAP_BIT);
-    real_pthread_sigmask(libc::SIG_BLOCK, &mask, core::ptr::null_mut());
+    let mask = set_of(trap.mask.load(Ordering::Relaxed) & !TRAP_BIT);
+    sigset::real_pthread_sigmask(libc::SIG_BLOCK, Some(&mask), None);
     // SAFETY: the program's handler, with the kernel's arguments.
     unsafe { call_program(handler, flags, libc::SIGTRAP, info, ctx) };
 }
@@ -248,39 +204,25 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     let (code, fault_addr, gregs) = unsafe {
         ((*info).si_code, (*info).si_addr() as usize, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs)
     };
-    // A fetcharg read through a bad pointer: the copy resumes at its fixup and reports it.
+    // A guarded read through a bad pointer: the copy resumes at its fixup and reports it.
     if let Some(to) = usercopy::fixup(gregs[libc::REG_RIP as usize] as usize) {
         gregs[libc::REG_RIP as usize] = to as i64;
         return;
     }
-    if let Some(probe) = faults::current() {
-        faults::report(probe, sig, fault_addr);
-        output::flush();
-        if code <= 0 {
-            return die_by(sig);
-        }
-        // SAFETY: a zeroed sigaction with SIG_DFL is the default action.
-        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = libc::SIG_DFL;
-        real_sigaction(sig, Some(&sa), None);
-        return; // the faulting instruction runs again and meets the default action
+    if faults::report_if_ours(sig, fault_addr) {
+        endings::end(Ending::Signal(sig));
+        return die_or_refault(sig, code);
     }
-    let Some(program) = program_action(sig) else { return };
-    let handler = program.handler.load(Ordering::Acquire);
+    let program = &ACTIONS[sig as usize];
+    let handler = program.handler();
     let flags = program.flags.load(Ordering::Relaxed);
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        if code <= 0 {
-            // Sent by kill() or sigqueue(): ignored where the program said so.
-            if handler == libc::SIG_IGN {
-                return;
-            }
-            return die_by(sig);
+        // Sent by kill() or sigqueue(): ignored where the program said so.
+        if code <= 0 && handler == libc::SIG_IGN {
+            return;
         }
-        // SAFETY: as above.
-        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = libc::SIG_DFL;
-        real_sigaction(sig, Some(&sa), None);
-        return;
+        endings::end(Ending::Signal(sig));
+        return die_or_refault(sig, code);
     }
     if flags & libc::SA_RESETHAND != 0 {
         // The kernel has reset the action already (the flag was passed on).
@@ -288,6 +230,15 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     }
     // SAFETY: the program's handler, with the kernel's arguments; the kernel applied its mask.
     unsafe { call_program(handler, flags, sig, info, ctx) };
+}
+
+/// Ends the process by `sig`'s default action: a fault the CPU raised runs again and meets it
+/// (the same death, core dump included); a sent signal is raised again.
+pub fn die_or_refault(sig: c_int, code: c_int) {
+    if code <= 0 {
+        return sigset::die_by(sig);
+    }
+    sigset::default_action(sig);
 }
 
 /// `sigaction(2)`, interposed: see the module doc.
@@ -298,10 +249,11 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     // SAFETY: null or valid sigaction structs (libc contract).
     let (act, old) = unsafe { (act.as_ref(), old.as_mut()) };
-    if !active() || !(1..=64).contains(&sig) || sig == libc::SIGKILL || sig == libc::SIGSTOP {
+    if !sigset::active() || !(1..=64).contains(&sig) || sig == libc::SIGKILL || sig == libc::SIGSTOP {
         return real_sigaction(sig, act, old);
     }
-    if let Some(program) = program_action(sig) {
+    if let Some(role) = role(sig) {
+        let program = &ACTIONS[sig as usize];
         if let Some(old) = old {
             // The kernel's answer for the fields the runtime does not track (sa_restorer).
             real_sigaction(sig, None, Some(&mut *old));
@@ -309,8 +261,8 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
         }
         if let Some(act) = act {
             program.store(act);
-            if sig != libc::SIGTRAP {
-                return install_fault_handler(sig);
+            if role != Role::Trap {
+                return install(sig);
             }
         }
         return 0;
@@ -398,88 +350,4 @@ pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) ->
 #[no_mangle]
 pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     simple_signal(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER)
-}
-
-/// A mask change of the program: SIGTRAP stays deliverable, the program's view is kept.
-fn mask_change(real: &Next, how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    let call = |set: *const libc::sigset_t| {
-        // SAFETY: forwarding null or valid sets to the libc function of the same signature.
-        unsafe { next!(real, MaskFn)(how, set, old) }
-    };
-    if !active() {
-        return call(set);
-    }
-    let was = TRAP_BLOCKED.with(Cell::get);
-    let mut copy;
-    let mut now = was;
-    let set = if set.is_null() {
-        set
-    } else {
-        // SAFETY: `set` is valid (libc contract).
-        copy = unsafe { *set };
-        let has = bits(&copy) & TRAP_BIT != 0;
-        // SAFETY: a valid set and signal number.
-        unsafe { libc::sigdelset(&mut copy, libc::SIGTRAP) };
-        now = match how {
-            libc::SIG_BLOCK => was || has,
-            libc::SIG_UNBLOCK => was && !has,
-            libc::SIG_SETMASK => has,
-            _ => was,
-        };
-        &copy
-    };
-    let rc = call(set);
-    if rc != 0 {
-        return rc;
-    }
-    if was && !old.is_null() {
-        // SAFETY: `old` is valid and was filled in.
-        unsafe { libc::sigaddset(old, libc::SIGTRAP) };
-    }
-    TRAP_BLOCKED.with(|b| b.set(now));
-    if was && !now && TRAP_PENDING.with(|p| p.replace(false)) {
-        // SAFETY: raise is async-signal-safe; the program's handler now gets its signal.
-        unsafe { libc::raise(libc::SIGTRAP) };
-    }
-    rc
-}
-
-/// `sigprocmask(2)`, interposed: see the module doc.
-///
-/// # Safety
-/// The libc contract.
-#[no_mangle]
-pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    mask_change(&SIGPROCMASK, how, set, old)
-}
-
-/// `pthread_sigmask(3)`, interposed: see the module doc.
-///
-/// # Safety
-/// The libc contract.
-#[no_mangle]
-pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    mask_change(&PTHREAD_SIGMASK, how, set, old)
-}
-
-/// `sigsuspend(2)`, interposed: a probe hit in a handler that runs while the thread waits
-/// must not meet a blocked SIGTRAP.
-///
-/// # Safety
-/// The libc contract.
-#[no_mangle]
-pub unsafe extern "C" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
-    let mut copy;
-    let set = if active() && !set.is_null() {
-        // SAFETY: `set` is valid (libc contract); a valid signal number.
-        unsafe {
-            copy = *set;
-            libc::sigdelset(&mut copy, libc::SIGTRAP);
-        }
-        &copy as *const libc::sigset_t
-    } else {
-        set
-    };
-    // SAFETY: forwarding a null or valid set.
-    unsafe { next!(SIGSUSPEND, SuspendFn)(set) }
 }

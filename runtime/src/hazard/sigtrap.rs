@@ -7,7 +7,7 @@
 use core::ffi::{c_int, c_void};
 
 use crate::base::sys;
-use crate::hazard::signals;
+use crate::hazard::{signals, sigset};
 use crate::probe::dispatch;
 
 /// si_code of a trap raised by the CPU's `int3`.
@@ -24,7 +24,7 @@ pub fn install() -> Result<(), sys::Errno> {
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         // The libc function itself: `sigaction` calls reach the program's view (`signals`).
-        if signals::real_sigaction(libc::SIGTRAP, Some(&sa), None) != 0 {
+        if sigset::real_sigaction(libc::SIGTRAP, Some(&sa), None) != 0 {
             return Err(sys::errno());
         }
     }

@@ -55,12 +55,14 @@ pub fn inside<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Runs a handler library's entry point `f` (`uprobe_init`, `uprobe_exit`): probe hits on
-/// the way run no handler.
-pub fn entry_point<R>(f: impl FnOnce() -> R) -> R {
+/// Runs a handler library's entry point `f` (`uprobe_init`, `uprobe_exit`), described by
+/// `what` for a fault there: probe hits on the way run no handler.
+pub fn entry_point<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
     let t = thread::current();
     t.entry.set(t.entry.get() + 1);
+    let outer = t.enter_entry_point(what);
     let result = f();
+    t.leave_entry_point(outer);
     t.entry.set(t.entry.get() - 1);
     run_deferred();
     result

@@ -5,7 +5,8 @@
 //! - [`rcu`]: read-side sections and grace periods around those lists;
 //! - [`thread`]: the runtime's per-thread state (busy, inside the runtime, return records);
 //! - [`snapshot`]: that state saved and put back around a child sharing the thread's memory;
-//! - [`registry`]: registration, pending probes, placement batches, fork and dlopen hooks;
+//! - [`registry`]: registration, placement batches, removal;
+//! - [`lifecycle`]: the registry across dlopen/dlclose, fork, exec and the end of the run;
 //! - [`place`]: checking and preparing a probe point, writing a batch of patches;
 //! - [`symbols`]: the address space and the symbols of the loaded modules;
 //! - [`traps`]: where an `int3` must not go (glibc runs the code with every signal blocked);
@@ -28,6 +29,8 @@ pub mod deferred;
 #[allow(unsafe_code)]
 pub mod dispatch;
 pub mod error;
+#[allow(unsafe_code)]
+pub mod lifecycle;
 #[allow(unsafe_code)]
 pub mod owners;
 #[allow(unsafe_code)]

@@ -37,12 +37,12 @@ pub static VERBOSE: AtomicBool = AtomicBool::new(false);
 pub static ON_ARMED: AtomicUsize = AtomicUsize::new(0);
 
 /// The open placement batch.
-struct Batch {
+pub(super) struct Batch {
     /// The thread that opened it, and how many times it did; 0: none open.
     owner: i32,
     depth: u32,
     /// Points waiting for their bytes.
-    points: Vec<&'static ProbePoint>,
+    pub(super) points: Vec<&'static ProbePoint>,
     /// `--verbose`: each registration's address and symbol, to say its strategy once written.
     verbose: Vec<(usize, String)>,
     /// When the batch's first registration started, and the syscall counts then.
@@ -54,7 +54,7 @@ struct Batch {
 }
 
 impl Batch {
-    const fn new() -> Batch {
+    pub(super) const fn new() -> Batch {
         Batch {
             owner: 0,
             depth: 0,
@@ -67,15 +67,15 @@ impl Batch {
     }
 }
 
-struct State {
+pub(super) struct State {
     /// Registered probe objects and their addresses.
-    registered: BTreeMap<usize, usize>,
+    pub(super) registered: BTreeMap<usize, usize>,
     /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
     /// probe object; true for return probes.
-    pending: BTreeMap<usize, bool>,
-    view: View,
-    slots: Slots,
-    batch: Batch,
+    pub(super) pending: BTreeMap<usize, bool>,
+    pub(super) view: View,
+    pub(super) slots: Slots,
+    pub(super) batch: Batch,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -86,7 +86,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     batch: Batch::new(),
 });
 
-fn state() -> MutexGuard<'static, State> {
+pub(super) fn state() -> MutexGuard<'static, State> {
     STATE.lock()
 }
 
@@ -129,7 +129,7 @@ impl State {
     /// Prepares a registration: writes another thread's open batch first, and starts the
     /// clock of this one. Returns whether the caller owns an open batch (else it writes its
     /// registration at once).
-    fn begin(&mut self) -> bool {
+    pub(super) fn begin(&mut self) -> bool {
         let me = sys::gettid();
         if self.batch.owner != me && !self.batch.points.is_empty() {
             flush(self);
@@ -143,7 +143,7 @@ impl State {
 
 /// Writes the points of the open batch; points whose bytes could not be written lose their
 /// probes, which are returned with the reason.
-fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
+pub(super) fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
     let points = core::mem::take(&mut st.batch.points);
     let mut changes: Vec<Change> = points.iter().map(|&pp| Change::new(pp, Target::Armed)).collect();
     let mut session = core::mem::take(&mut st.batch.session);
@@ -197,12 +197,12 @@ fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
 }
 
 /// Where a probe object asks to be placed.
-enum Where {
+pub(super) enum Where {
     Address(usize),
     Symbol(String, u64),
 }
 
-fn target_of(u: &Uprobe) -> Result<Where, RegisterError> {
+pub(super) fn target_of(u: &Uprobe) -> Result<Where, RegisterError> {
     if !u.symbol_name.is_null() {
         // SAFETY: the C ABI says symbol_name is a NUL-terminated string when set.
         let name = unsafe { CStr::from_ptr(u.symbol_name) }.to_string_lossy().into_owned();
@@ -241,8 +241,13 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
             Err(e) => Err(RegisterError::BadSpec(name.clone(), e)),
             Ok(spec) => match st.view.resolve(&spec) {
                 // Armed when the module is loaded (`pending`); 0 says so to the caller.
-                Err(RegisterError::UnknownModule { .. }) => {
+                Err(RegisterError::UnknownModule { module, .. }) => {
                     st.pending.insert(consumer.key(), consumer.is_return());
+                    if VERBOSE.load(Ordering::Relaxed) {
+                        output::message(format_args!(
+                            "probe {name} waits for a module named {module:?}: it is placed when one is loaded"
+                        ));
+                    }
                     Ok(None)
                 }
                 resolved => resolved.map(|a| Some(a.wrapping_add(offset as usize))),
@@ -263,7 +268,7 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
 
 /// Joins `consumer` to the point at `addr` (prepared now if needed), records it as
 /// registered, and queues the point's bytes in the batch.
-fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
+pub(super) fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(), RegisterError> {
     if consumer.is_return() {
         returnable::check(&mut st.view, addr)?;
     }
@@ -397,7 +402,7 @@ pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
 }
 
 /// The probe objects that wait for their module, as the consumers they will be.
-fn pending_consumers(st: &State) -> Vec<Consumer> {
+pub(super) fn pending_consumers(st: &State) -> Vec<Consumer> {
     st.pending
         .iter()
         .map(
@@ -410,128 +415,4 @@ fn pending_consumers(st: &State) -> Vec<Consumer> {
             },
         )
         .collect()
-}
-
-/// Arms the pending probes whose module is now loaded (after `dlopen`), as one batch.
-/// Returns each probe that left the pending list, with its address or why it could not be
-/// placed.
-pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
-    let mut st = state();
-    if st.pending.is_empty() {
-        return Vec::new();
-    }
-    st.begin();
-    let mut done = Vec::new();
-    for consumer in pending_consumers(&st) {
-        // SAFETY: registered (pending) probe objects stay valid until unregistered.
-        let probe = unsafe { &*consumer.placement() };
-        let Ok(Where::Symbol(name, offset)) = target_of(probe) else { continue };
-        let Ok(spec) = elf::parse_spec(&name) else { continue };
-        let result = match st.view.resolve(&spec) {
-            Err(RegisterError::UnknownModule { .. }) => continue,
-            Err(e) => Err(e),
-            Ok(a) => {
-                let addr = a.wrapping_add(offset as usize);
-                place(&mut st, consumer, addr).map(|()| addr)
-            }
-        };
-        st.pending.remove(&consumer.key());
-        done.push((consumer, result));
-    }
-    // Written now, whoever owns a batch: the library is loaded and its callers may run.
-    for (consumer, e) in flush(&mut st) {
-        if let Some(d) = done.iter_mut().find(|(c, _)| *c == consumer) {
-            d.1 = Err(e);
-        }
-    }
-    let hook = ON_ARMED.load(Ordering::Acquire);
-    if hook != 0 {
-        // SAFETY: set only to a `fn(usize, usize)` by a front-end at start-up.
-        let hook: fn(usize, usize) = unsafe { core::mem::transmute::<usize, fn(usize, usize)>(hook) };
-        for (consumer, result) in &done {
-            if let Ok(addr) = result {
-                hook(consumer.key(), *addr);
-            }
-        }
-    }
-    done
-}
-
-/// Forgets the probes whose code is no longer mapped (after `dlclose`): "module:symbol"
-/// probes go back to pending, to be armed when the module is loaded again; the others are
-/// returned, with their address, as gone.
-pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
-    let mut st = state();
-    if !st.batch.points.is_empty() {
-        flush(&mut st);
-    }
-    let maps = st.view.maps(None);
-    let gone: Vec<(usize, usize)> = st
-        .registered
-        .iter()
-        .filter(|(_, &addr)| !crate::base::maps::find(&maps, addr).is_some_and(|m| m.exec))
-        .map(|(&key, &addr)| (key, addr))
-        .collect();
-    let mut dropped = Vec::new();
-    for (key, addr) in gone {
-        st.registered.remove(&key);
-        let Some(pp) = table::lookup(addr) else { continue };
-        let mut probes = pp.probes();
-        let Some(&consumer) = probes.iter().find(|c| c.key() == key) else { continue };
-        probes.retain(|c| c.key() != key);
-        // The code is gone, and its int3 with it: nothing to write back.
-        pp.publish(probes);
-        // SAFETY: registered probe objects stay valid until unregistered.
-        let probe = unsafe { &*consumer.placement() };
-        match target_of(probe) {
-            Ok(Where::Symbol(name, _)) if name.contains(':') => {
-                st.pending.insert(key, consumer.is_return());
-            }
-            _ => dropped.push((consumer, addr)),
-        }
-    }
-    dropped
-}
-
-thread_local! {
-    /// The registry lock, held by the forking thread from `fork`'s prepare step until the
-    /// parent and the child go on.
-    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, State>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// `fork` prepare step: takes the registry lock, so that the child does not inherit it held by
-/// a thread that does not exist there.
-pub fn fork_prepare() {
-    let guard = state();
-    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
-}
-
-/// `fork`, parent side: lets the registry go.
-pub fn fork_parent() {
-    FORK_GUARD.with(|g| g.borrow_mut().take());
-}
-
-/// `fork`, child side (one thread). With `disarm`, the child gets its original code back:
-/// every armed probe point is restored and forgotten, without waiting for a grace period (no
-/// other thread exists).
-pub fn fork_child(disarm: bool) {
-    let Some(mut st) = FORK_GUARD.with(|g| g.borrow_mut().take()) else {
-        return;
-    };
-    // A batch open in the parent (a fork from `uprobe_init`) has no owner here: the child,
-    // alone, writes it now.
-    flush(&mut st);
-    st.batch = Batch::new();
-    if !disarm {
-        return;
-    }
-    let st = &mut *st;
-    let mut changes: Vec<Change> =
-        table::points().filter(|pp| pp.is_armed()).map(|pp| Change::new(pp, Target::Original)).collect();
-    place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
-    for c in &changes {
-        // The old list is left allocated: a copied half-done hit may still hold it.
-        c.pp.replace(Vec::new()).leak();
-    }
-    st.registered.clear();
 }

@@ -29,6 +29,8 @@ pub struct ThreadState {
     pub depth: Cell<u32>,
     /// How deep the thread is inside a handler library's `uprobe_init`/`uprobe_exit`.
     pub entry: Cell<u32>,
+    /// Which one ("LIB: uprobe_exit()"), for a fault there: a `&'static str`, or (0, 0).
+    entry_what: Cell<(usize, usize)>,
     /// Registration requests queued by handlers (see `deferred`).
     pub queued: Cell<usize>,
     /// The probe object whose handler the thread runs, or 0 (see `owners`).
@@ -47,6 +49,7 @@ thread_local! {
             in_signal: Cell::new(false),
             depth: Cell::new(0),
             entry: Cell::new(0),
+            entry_what: Cell::new((0, 0)),
             queued: Cell::new(0),
             reader: Cell::new(0),
             handling: Cell::new(0),
@@ -73,6 +76,23 @@ impl ThreadState {
     pub fn set_errno(&self, value: i32) {
         // SAFETY: the slot is this thread's errno, valid for the thread's life.
         unsafe { *crate::base::sys::errno_location() = value }
+    }
+
+    /// Notes the handler library entry point the thread runs now; returns the one it ran.
+    pub fn enter_entry_point(&self, what: &'static str) -> (usize, usize) {
+        self.entry_what.replace((what.as_ptr() as usize, what.len()))
+    }
+
+    pub fn leave_entry_point(&self, previous: (usize, usize)) {
+        self.entry_what.set(previous);
+    }
+
+    /// The handler library entry point the thread runs, if any (signal-safe).
+    pub fn entry_point(&self) -> Option<&'static str> {
+        let (ptr, len) = self.entry_what.get();
+        // SAFETY: set only from a `&'static str` by `enter_entry_point`.
+        (ptr != 0)
+            .then(|| unsafe { core::str::from_utf8_unchecked(core::slice::from_raw_parts(ptr as *const u8, len)) })
     }
 
     /// Whether a hit now is the runtime's own, or comes from inside a handler or a handler

@@ -1,0 +1,68 @@
+//! The end of a run, whichever way the process ends (`hazard::endings` calls [`finish`]):
+//! once per process, in this order:
+//! 1. probe sites whose code something else changed;
+//! 2. the program's stdio, for `exit` only (`_exit` and a fatal signal do not flush it, as
+//!    without the runtime): a handler library that crashes in `uprobe_exit` then cannot lose
+//!    the program's output;
+//! 3. every handler library's `uprobe_exit`, last loaded first;
+//! 4. the end of the event stream;
+//! 5. the runtime's own lines: hits that ran no handler, probes whose module never loaded,
+//!    and `--stats`.
+//!
+//! Before an `exec`, the probes still armed are then removed: if the exec fails, the program
+//! goes on unprobed, and its report is not printed again. Another thread that ends the
+//! process meanwhile waits (two seconds at most) for the report to finish.
+//!
+//! Context: normal (exit, `_exit`, exec) or a fatal signal's handler (then under the
+//! watchdog of `hazard::endings`).
+
+use core::sync::atomic::{AtomicI32, Ordering};
+
+use crate::api::handlers;
+use crate::base::{output, stats, sys};
+use crate::hazard::endings::Ending;
+use crate::probe::{lifecycle, report};
+use crate::trace;
+
+/// The process, and the thread, that started the report; and the process that finished it.
+static STARTED_PID: AtomicI32 = AtomicI32::new(0);
+static STARTED_TID: AtomicI32 = AtomicI32::new(0);
+static DONE_PID: AtomicI32 = AtomicI32::new(0);
+
+/// How long another thread waits for the report before ending the process anyway.
+const WAIT_NS: u64 = 2_000_000_000;
+
+/// Runs the end-of-run report (see the module doc), once per process.
+pub fn finish(how: Ending) {
+    let (pid, tid) = (sys::getpid(), sys::gettid());
+    if STARTED_PID.swap(pid, Ordering::SeqCst) == pid {
+        // Already reporting: this thread again (a crash in the report itself), or another
+        // one, which waits for the report before it ends the process.
+        if STARTED_TID.load(Ordering::SeqCst) != tid {
+            let start = sys::monotonic_ns();
+            while DONE_PID.load(Ordering::SeqCst) != pid && sys::monotonic_ns() - start < WAIT_NS {
+                sys::sched_yield();
+            }
+        }
+        return;
+    }
+    STARTED_TID.store(tid, Ordering::SeqCst);
+    report::report_changed_sites();
+    if how == Ending::Exit {
+        // SAFETY: fflush(NULL) flushes every stdio stream; exit() is about to do the same.
+        unsafe { libc::fflush(core::ptr::null_mut()) };
+    }
+    handlers::call_exits(matches!(how, Ending::Signal(_)));
+    output::flush();
+    trace::drain::finish();
+    report::report_missed();
+    lifecycle::report_pending();
+    if stats::PRINT.load(Ordering::Relaxed) {
+        report::report_returns();
+        output::message(format_args!("{}", stats::summary()));
+    }
+    if how == Ending::Exec {
+        lifecycle::unregister_everything();
+    }
+    DONE_PID.store(pid, Ordering::SeqCst);
+}
