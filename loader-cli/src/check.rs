@@ -39,6 +39,26 @@ pub fn library(path: &Path) -> Result<(), Error> {
     read_elf(path)?.check_shared_object().map(drop).map_err(|problem| Error::Elf { path: path.into(), problem })
 }
 
+/// A handler library: a shared object that exports `uprobe_init` or `uprobe_exit` (a library
+/// with neither could neither place a probe nor report).
+pub fn handler_library(path: &Path) -> Result<(), Error> {
+    library(path)?;
+    let data = fs::read(path).map_err(|source| Error::Read { path: path.into(), source })?;
+    match elf::exports_any(&data, &["uprobe_init", "uprobe_exit"]) {
+        // Unreadable symbol tables are left to the dynamic loader to judge.
+        Some(false) => Err(Error::NoEntryPoints(path.into())),
+        Some(true) | None => Ok(()),
+    }
+}
+
+/// Whether the program itself imports the runtime's C API (`register_uprobe` and the rest,
+/// weak or not): it then probes itself, with or without handler libraries.
+pub fn calls_the_api(program: &Path) -> bool {
+    const API: [&str; 5] =
+        ["register_uprobe", "register_uretprobe", "unregister_uprobe", "unregister_uretprobe", "uprobe_lookup"];
+    fs::read(program).is_ok_and(|data| elf::imports_any(&data, &API))
+}
+
 fn regular_file(path: &Path) -> Result<Metadata, Error> {
     let meta = fs::metadata(path).map_err(|source| match source.kind() {
         io::ErrorKind::NotFound => Error::NoSuchFile(path.into()),

@@ -27,6 +27,7 @@ Config file: one directive per line, `#` starts a comment line:
   full-vector-state   like --full-vector-state
   follow-exec         like --follow-exec (also `option follow-exec`)
   no-follow-fork      like --no-follow-fork (also `option no-follow-fork`)
+  stats, lenient, raw-address   like the options of the same name
 Config entries come before command-line ones; --output overrides `output`.
 
 Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
@@ -101,6 +102,12 @@ pub struct Cli {
     /// instead of refusing the run.
     #[arg(long)]
     pub lenient: bool,
+
+    /// Allow probes at addresses outside every function symbol (stripped programs, assembly
+    /// without symbol sizes); by default such an address is refused with -EINVAL, since an
+    /// int3 in padding or data never fires or corrupts what it replaces.
+    #[arg(long)]
+    pub raw_address: bool,
 
     /// List the functions that can be probed in PROGRAM and the libraries it loads, with
     /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.

@@ -17,7 +17,8 @@ use thiserror::Error;
 
 /// The directives without an argument, also written `option NAME`; each is the command-line
 /// option of the same name.
-pub const SWITCHES: [&str; 5] = ["no-optimize", "verbose", "full-vector-state", "follow-exec", "no-follow-fork"];
+pub const SWITCHES: [&str; 8] =
+    ["no-optimize", "verbose", "full-vector-state", "follow-exec", "no-follow-fork", "stats", "lenient", "raw-address"];
 
 /// What a config file asks for, in file order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -131,7 +132,7 @@ output last.txt
         assert_eq!(err.line, 3);
         assert_eq!(
             err.to_string(),
-            "3: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork)"
+            "3: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork, stats, lenient, raw-address)"
         );
     }
 
@@ -153,7 +154,7 @@ output last.txt
         assert_eq!(parse_in_etc("follow-exec yes\n").unwrap_err().to_string(), "1: 'follow-exec' takes no argument");
         assert_eq!(
             parse_in_etc("option follow-fork\n").unwrap_err().to_string(),
-            "1: unknown option 'follow-fork' (expected no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork)"
+            "1: unknown option 'follow-fork' (expected no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork, stats, lenient, raw-address)"
         );
     }
 

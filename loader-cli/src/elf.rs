@@ -81,6 +81,26 @@ pub fn prefix_len(header: &[u8]) -> Result<usize, ElfProblem> {
 }
 
 /// Reads an ELF64 x86-64 file from its first [`prefix_len`] bytes.
+/// Whether the ELF file `data` defines (exports from its dynamic symbol table) any of
+/// `names`; None if its symbols cannot be read.
+pub fn exports_any(data: &[u8], names: &[&str]) -> Option<bool> {
+    use object::{Object, ObjectSymbol};
+    let file = object::File::parse(data).ok()?;
+    Some(
+        file.dynamic_symbols()
+            .any(|s| !s.is_undefined() && s.is_global() && s.name().is_ok_and(|n| names.contains(&n))),
+    )
+}
+
+/// Whether the ELF file `data` imports (leaves undefined in its dynamic symbol table) any of
+/// `names`.
+pub fn imports_any(data: &[u8], names: &[&str]) -> bool {
+    use object::{Object, ObjectSymbol};
+    object::File::parse(data).is_ok_and(|file| {
+        file.dynamic_symbols().any(|s| s.is_undefined() && s.name().is_ok_and(|n| names.contains(&n)))
+    })
+}
+
 pub fn inspect(bytes: &[u8]) -> Result<Elf, ElfProblem> {
     let h = Header::parse(bytes)?;
     let end = prefix_len(bytes)?;

@@ -61,6 +61,31 @@ pub enum Error {
     Output { path: PathBuf, source: io::Error },
     #[error("{}: cannot execute: {}", .path.display(), describe(.source))]
     Exec { path: PathBuf, source: io::Error },
+    #[error(
+        "{variable} would be {len} bytes, over the kernel's limit of {limit} bytes for one \
+         environment string (MAX_ARG_STRLEN){}",
+        largest.as_ref().map_or(String::new(), |(what, n)| format!(": its largest part is {what} ({n} bytes); \
+         pass long lists in a file the handler reads (libcount.so: --param probes-file=FILE)"))
+    )]
+    TooLong { variable: &'static str, len: usize, limit: usize, largest: Option<(String, usize)> },
+    #[error(
+        "{}: cannot execute: Argument list too long: its arguments and environment, with \
+         LD_PRELOAD and UPROBE_RUN_SPEC ({spec} bytes) added, come to about {total} bytes, over \
+         the kernel's limit here ({limit} bytes, a quarter of the stack size limit)",
+        .path.display()
+    )]
+    ExecTooBig { path: PathBuf, spec: usize, total: usize, limit: usize },
+    #[error(
+        "nothing to do: give a handler library (--handlers LIB.so) or an event definition \
+         (-e DEF, --events FILE); uprobe-run --help shows examples"
+    )]
+    NothingToDo,
+    #[error(
+        "{}: exports neither uprobe_init nor uprobe_exit, so it can neither place a probe nor \
+         report (a handler library defines at least one; see uprobe.h)",
+        .0.display()
+    )]
+    NoEntryPoints(PathBuf),
 }
 
 /// Control characters escaped, so that a refusal stays on one line.

@@ -84,6 +84,25 @@ pub fn search_path(
     first_present
 }
 
+/// The kernel's limit on one argument or environment string, its NUL included
+/// (`MAX_ARG_STRLEN`, 32 pages): a longer one fails the exec with E2BIG.
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// The largest record of a run specification: (key, the record's first words), and its
+/// length.
+pub fn largest_record(spec: &OsStr) -> Option<(String, usize)> {
+    spec.as_bytes().split(|&b| b == b'\n').max_by_key(|r| r.len()).map(|r| {
+        let text = String::from_utf8_lossy(r);
+        let (key, value) = text.split_once('\t').unwrap_or((&text, ""));
+        let shown = match key {
+            "param" => format!("--param {}", value.split_once('=').map_or(value, |(n, _)| n)),
+            "event" => format!("-e '{}...'", value.chars().take(24).collect::<String>()),
+            other => format!("{other} {}", value.chars().take(40).collect::<String>()),
+        };
+        (shown, r.len())
+    })
+}
+
 /// The program as it will be started.
 #[derive(Debug)]
 pub struct Launch {
@@ -97,6 +116,28 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The first environment string the exec would add that is over [`MAX_ARG_STRLEN`]:
+    /// its name and length (`NAME=value` and the NUL).
+    pub fn oversized(&self) -> Option<(&'static str, usize)> {
+        [("LD_PRELOAD", &self.ld_preload), ("UPROBE_RUN_SPEC", &self.run_spec)]
+            .into_iter()
+            .map(|(name, value)| (name, name.len() + 1 + value.len() + 1))
+            .find(|&(_, len)| len > MAX_ARG_STRLEN)
+    }
+
+    /// The bytes the exec passes: arguments and environment, with their NULs and pointers.
+    pub fn exec_size(&self) -> usize {
+        let strings = |items: &mut dyn Iterator<Item = usize>| items.map(|l| l + 1 + 8).sum::<usize>();
+        let args = strings(&mut std::iter::once(self.argv0.len()).chain(self.args.iter().map(|a| a.len())));
+        let env = strings(
+            &mut std::env::vars_os()
+                .filter(|(n, _)| n != "LD_PRELOAD" && n != "UPROBE_RUN_SPEC")
+                .map(|(n, v)| n.len() + 1 + v.len()),
+        );
+        let ours = strings(&mut [11 + self.ld_preload.len(), 16 + self.run_spec.len()].into_iter());
+        args + env + ours
+    }
+
     /// Replaces this process with the program: same pid, so the caller sees the program's
     /// own exit status or fatal signal. Returns only on failure.
     pub fn exec(self) -> io::Error {

@@ -55,6 +55,7 @@ fn run() -> Result<Infallible, Error> {
         (cli.follow_exec, "follow-exec"),
         (cli.no_follow_fork, "no-follow-fork"),
         (cli.lenient, "lenient"),
+        (cli.raw_address, "raw-address"),
     ];
     for (set, name) in flags {
         if set && !options.iter().any(|o| o == name) {
@@ -97,6 +98,10 @@ fn run() -> Result<Infallible, Error> {
     let (name, args) = command.split_first().ok_or(Error::NoProgram)?;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
+    let has_events = extra.iter().any(|(key, _)| matches!(*key, "event" | "events" | "list"));
+    if handlers.is_empty() && !has_events && !check::calls_the_api(&program) {
+        return Err(Error::NothingToDo);
+    }
 
     let runtime = runtime_path()?;
     check::library(&runtime).map_err(|e| match e {
@@ -113,7 +118,7 @@ fn run() -> Result<Infallible, Error> {
 
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in &handlers {
-        check::library(handler)?;
+        check::handler_library(handler)?;
         handler_paths.push(spec_path(handler)?);
     }
     let output = output.as_deref().map(spec_path).transpose()?;
@@ -125,6 +130,12 @@ fn run() -> Result<Infallible, Error> {
         ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
         run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options, &extra),
     };
+    if let Some((variable, len)) = launch.oversized() {
+        let largest = (variable == "UPROBE_RUN_SPEC").then(|| launch::largest_record(&launch.run_spec)).flatten();
+        return Err(Error::TooLong { variable, len, limit: launch::MAX_ARG_STRLEN, largest });
+    }
+    let spec_len = launch.run_spec.len();
+    let exec_size = launch.exec_size();
     // Last: nothing is created unless the program is about to start.
     if let Some(output) = &output {
         OpenOptions::new()
@@ -135,7 +146,12 @@ fn run() -> Result<Infallible, Error> {
             .open(output)
             .map_err(|source| Error::Output { path: output.clone(), source })?;
     }
-    Err(Error::Exec { path: program, source: launch.exec() })
+    match launch.exec() {
+        source if source.raw_os_error() == Some(libc::E2BIG) => {
+            Err(Error::ExecTooBig { path: program, spec: spec_len, total: exec_size, limit: sys::exec_size_limit() })
+        }
+        source => Err(Error::Exec { path: program, source }),
+    }
 }
 
 /// `--list`'s words: `[PATTERN] [--] PROGRAM [ARGS]`. One word is the program; with more,

@@ -14,3 +14,15 @@ pub fn may_execute(path: &Path) -> bool {
     // SAFETY: access(2) only reads the NUL-terminated path, which outlives the call.
     unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
 }
+
+/// What the kernel lets an exec pass in arguments and environment together: a quarter of
+/// the stack size limit, at least 32 pages and at most three quarters of 8 MiB (fs/exec.c).
+pub fn exec_size_limit() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct passed.
+    let stack = match unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut limit) } {
+        0 if limit.rlim_cur != libc::RLIM_INFINITY => limit.rlim_cur as usize,
+        _ => usize::MAX,
+    };
+    (stack / 4).clamp(32 * 4096, 6 << 20)
+}

@@ -149,11 +149,13 @@ fn a_library_that_fails_to_load_stops_the_run_before_main() {
 
 #[test]
 fn exit_status_and_signals_are_the_programs() {
-    let out = uprobe_run_raw(&["/bin/sh", "-c", "echo out; echo err >&2; exit 7"]);
+    let quiet = test_handler("quiet");
+    let quiet = quiet.to_str().unwrap();
+    let out = uprobe_run_raw(&["--handlers", quiet, "/bin/sh", "-c", "echo out; echo err >&2; exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
-    let out = uprobe_run_raw(&["/bin/sh", "-c", "kill -SEGV $$"]);
+    let out = uprobe_run_raw(&["--handlers", quiet, "/bin/sh", "-c", "kill -SEGV $$"]);
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
 }
 
@@ -181,7 +183,7 @@ fn config_file_names_handlers_and_parameters() {
     assert_refused(
         &out,
         &format!(
-            "uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork)",
+            "uprobe-run: {}:1: unknown directive 'probe' (expected handlers, param, output, option or a switch: no-optimize, verbose, full-vector-state, follow-exec, no-follow-fork, stats, lenient, raw-address)",
             config.display()
         ),
     );

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! Each spec is `SYMBOL`, `SYMBOL+OFF`, `MODULE:SYMBOL[+OFF]` or `0xADDRESS`; OFF is decimal or
-//! 0x-hex. At exit, one line per probe in the order given:
+//! 0x-hex. Long lists go in a file, one spec a line (`#` starts a comment line):
+//! `--param probes-file=FILE`, read after `probes`. At exit, one line per probe in the order given:
 //!
 //! ```text
 //! count: PROBE                                    ADDRESS             HITS
@@ -37,14 +38,31 @@ fn on_hit(probe: &Probe<AtomicU64>, _regs: &mut PtRegs) {
     probe.state.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The probe list: `--param probes=` and the lines of `--param probes-file=`, in that order.
+fn probe_list() -> Result<String, String> {
+    let mut list = uprobe_sdk::param("probes").unwrap_or_default();
+    if let Some(path) = uprobe_sdk::param("probes-file") {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read probes-file {path}: {e}"))?;
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            list.push(',');
+            list.push_str(line);
+        }
+    }
+    Ok(list)
+}
+
 fn init() -> i32 {
-    let Some(list) = uprobe_sdk::param("probes") else {
-        uprobe_println!("count: no probes given (--param probes=SPEC[,SPEC...])");
-        return 1;
+    const NONE: &str = "count: no probes given (--param probes=SPEC[,SPEC...] or --param probes-file=FILE)";
+    let list = match probe_list() {
+        Ok(list) => list,
+        Err(why) => {
+            uprobe_println!("count: {why}");
+            return 1;
+        }
     };
     let specs = match spec::parse_list(&list) {
         Ok(specs) if specs.is_empty() => {
-            uprobe_println!("count: no probes given (--param probes=SPEC[,SPEC...])");
+            uprobe_println!("{NONE}");
             return 1;
         }
         Ok(specs) => specs,

@@ -1,16 +1,17 @@
 //! The end of a run, whichever way the process ends (`hazard::endings` calls [`finish`]):
 //! once per process, in this order:
-//! 1. probe sites whose code something else changed;
+//! 1. probe sites whose code something else changed, and probes whose module never loaded
+//!    (before the handlers' exits, which may unregister them);
 //! 2. the program's stdio, for `exit` only (`_exit` and a fatal signal do not flush it, as
 //!    without the runtime): a handler library that crashes in `uprobe_exit` then cannot lose
 //!    the program's output;
 //! 3. every handler library's `uprobe_exit`, last loaded first;
 //! 4. the end of the event stream;
-//! 5. the runtime's own lines: hits that ran no handler, probes whose module never loaded,
-//!    and `--stats`.
+//! 5. the runtime's own lines: hits that ran no handler, and `--stats`.
 //!
-//! Before an `exec`, the probes still armed are then removed: if the exec fails, the program
-//! goes on unprobed, and its report is not printed again. Another thread that ends the
+//! Before an `exec`, the probes still armed are then removed: if the exec fails all the same
+//! (`hazard::exec` lets through only those the kernel may accept), the program goes on
+//! unprobed, and its report is not printed again. Another thread that ends the
 //! process meanwhile waits (two seconds at most) for the report to finish.
 //!
 //! Context: normal (exit, `_exit`, exec) or a fatal signal's handler (then under the
@@ -48,6 +49,7 @@ pub fn finish(how: Ending) {
     }
     STARTED_TID.store(tid, Ordering::SeqCst);
     report::report_changed_sites();
+    lifecycle::report_pending();
     if how == Ending::Exit {
         // SAFETY: fflush(NULL) flushes every stdio stream; exit() is about to do the same.
         unsafe { libc::fflush(core::ptr::null_mut()) };
@@ -56,7 +58,6 @@ pub fn finish(how: Ending) {
     output::flush();
     trace::drain::finish();
     report::report_missed();
-    lifecycle::report_pending();
     if stats::PRINT.load(Ordering::Relaxed) {
         report::report_returns();
         output::message(format_args!("{}", stats::summary()));

@@ -7,7 +7,7 @@ use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
 use crate::hazard::{dl, endings, environ, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
-use crate::probe::{deferred, dispatch, place, rcu, registry};
+use crate::probe::{deferred, dispatch, extent, place, rcu, registry};
 use crate::trace;
 use crate::trace::drain::Format;
 use crate::trace::setup::{self, Settings};
@@ -81,6 +81,7 @@ extern "C" fn init() {
     place::OPTIMIZE.store(!spec.options.no_optimize, Ordering::Relaxed);
     place::JUMP_ENTRY.store(dispatch::jump_common_entry(), Ordering::Relaxed);
     registry::VERBOSE.store(spec.options.verbose, Ordering::Relaxed);
+    extent::RAW_ADDRESS.store(spec.options.raw_address, Ordering::Relaxed);
     stats::PRINT.store(spec.options.stats, Ordering::Relaxed);
     if spec.options.full_vector_state && !vector::save_full_state() {
         output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionFlags, SymbolFlags, SymbolKind};
 use thiserror::Error;
 
 use crate::base::maps::Mapping;
@@ -99,15 +99,25 @@ impl ElfInfo {
     /// Reads the code symbols of both symbol tables and the loadable segments.
     pub fn parse(data: &[u8]) -> Result<ElfInfo, object::Error> {
         let file = object::File::parse(data)?;
+        // A global symbol without a type in executable code (hand-written assembly without
+        // `.type`/`.size`) names code too: nm shows it as `T`. Its extent is unknown.
+        let in_code = |s: &object::Symbol| {
+            s.section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+                .is_some_and(|sec| matches!(sec.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0))
+        };
+        let untyped_code = |s: &object::Symbol| s.kind() == SymbolKind::Unknown && s.is_global() && in_code(s);
         let mut symbols: Vec<Symbol> = file
             .symbols()
             .chain(file.dynamic_symbols())
             .filter(|s| {
-                matches!(s.kind(), SymbolKind::Text | SymbolKind::Data) && !s.is_undefined() && s.address() != 0
+                (matches!(s.kind(), SymbolKind::Text | SymbolKind::Data) || untyped_code(s))
+                    && !s.is_undefined()
+                    && s.address() != 0
             })
             .filter_map(|s| {
                 let ifunc = matches!(s.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == STT_GNU_IFUNC);
-                let code = s.kind() == SymbolKind::Text;
+                let code = s.kind() != SymbolKind::Data;
                 let name = s.name().ok()?;
                 (!name.is_empty()).then(|| Symbol {
                     name: name.to_string(),

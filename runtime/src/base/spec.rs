@@ -44,6 +44,8 @@ pub struct Options {
     pub stats: bool,
     /// `lenient`: definitions whose probes cannot be placed are skipped, not refused.
     pub lenient: bool,
+    /// `raw-address`: probes may go at addresses outside every function symbol.
+    pub raw_address: bool,
     /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
     /// exec'd program knows it was not started by uprobe-run directly.
     pub followed_exec: bool,
@@ -96,6 +98,7 @@ impl Spec {
                     "full-vector-state" => spec.options.full_vector_state = true,
                     "stats" => spec.options.stats = true,
                     "lenient" => spec.options.lenient = true,
+                    "raw-address" => spec.options.raw_address = true,
                     _ => return Err(SpecError::UnknownOption(value.into())),
                 },
                 _ => return Err(SpecError::UnknownKey(key.into())),

@@ -23,6 +23,26 @@ pub enum RegisterError {
     BadSpec(String, elf::SpecError),
     #[error("{0:#x} is not in executable code")]
     NotCode(usize),
+    #[error(
+        "{addr:#x} is not in executable code: it is {function}'s address in the program's file, \
+         as nm shows it, but the program is position-independent and runs at another address: \
+         probe it by name (symbol_name \"{function}\"; --param symbol={function} for \
+         uprobe_example.so) \
+         or at its run-time address {runtime:#x}"
+    )]
+    LinkTimeAddress { addr: usize, function: String, runtime: usize },
+    #[error(
+        "{0:#x} is outside every function symbol (padding or data between functions?): \
+         give a function's address or name, or run with --raw-address to probe it anyway"
+    )]
+    OutsideFunctions(usize),
+    #[error("{function}+{offset:#x} lies past the end of {function}, which is {size} ({size:#x}) bytes long")]
+    PastFunction { function: String, offset: u64, size: usize },
+    #[error(
+        "{spec}: no sized symbol says where the function at {base:#x} ends, so an offset into \
+         it is refused; run with --raw-address to probe it anyway"
+    )]
+    UnknownExtent { spec: String, base: usize },
     #[error("{0:#x} is in {1}, which the kernel does not let a process patch")]
     KernelPage(usize, String),
     #[error("{0:#x} is {1}, which the runtime's hit path itself calls")]
@@ -74,6 +94,10 @@ impl RegisterError {
             NoAddress
             | BadSpec(..)
             | NotCode(_)
+            | LinkTimeAddress { .. }
+            | OutsideFunctions(_)
+            | PastFunction { .. }
+            | UnknownExtent { .. }
             | KernelPage(..)
             | InRuntime(_)
             | UsedByHitPath(..)

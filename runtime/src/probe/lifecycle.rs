@@ -12,7 +12,8 @@ use crate::insn::patch::Session;
 use crate::probe::error::RegisterError;
 use crate::probe::place::{self, Change, Target};
 use crate::probe::registry::{
-    flush, pending_consumers, place, state, target_of, unregister_all, Batch, State, Where, ON_ARMED,
+    flush, pending_consumer, pending_consumers, place, resolve_within, state, target_of, unregister_all, Batch,
+    Pending, State, Where, ON_ARMED,
 };
 use crate::probe::table::{self, Consumer};
 
@@ -38,7 +39,8 @@ pub fn unregister_everything() {
 /// never loaded: a typo, or a library the program did not use), at the end of the run.
 pub fn report_pending() {
     let st = state();
-    for consumer in pending_consumers(&st) {
+    let never_placed = st.pending.iter().filter(|(_, p)| !p.placed_before);
+    for consumer in never_placed.map(|(&key, p)| pending_consumer(key, p)) {
         // SAFETY: pending probe objects stay valid until unregistered (C ABI).
         let probe = unsafe { &*consumer.placement() };
         if let Ok(Where::Symbol(name, offset)) = target_of(probe) {
@@ -66,13 +68,10 @@ pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
         let probe = unsafe { &*consumer.placement() };
         let Ok(Where::Symbol(name, offset)) = target_of(probe) else { continue };
         let Ok(spec) = elf::parse_spec(&name) else { continue };
-        let result = match st.view.resolve(&spec) {
+        let result = match resolve_within(&mut st.view, &spec, offset) {
             Err(RegisterError::UnknownModule { .. }) => continue,
             Err(e) => Err(e),
-            Ok(a) => {
-                let addr = a.wrapping_add(offset as usize);
-                place(&mut st, consumer, addr).map(|()| addr)
-            }
+            Ok(addr) => place(&mut st, consumer, addr).map(|()| addr),
         };
         st.pending.remove(&consumer.key());
         done.push((consumer, result));
@@ -124,7 +123,7 @@ pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
         let probe = unsafe { &*consumer.placement() };
         match target_of(probe) {
             Ok(Where::Symbol(name, _)) if name.contains(':') => {
-                st.pending.insert(key, consumer.is_return());
+                st.pending.insert(key, Pending { is_return: consumer.is_return(), placed_before: true });
             }
             _ => dropped.push((consumer, addr)),
         }

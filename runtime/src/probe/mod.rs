@@ -14,7 +14,7 @@
 //! - [`dispatch`]: the hit paths, for a trap and for a jump probe's stub;
 //! - [`retprobe`]: return probes: entry and return hits, the trampoline;
 //! - [`returns`]: a thread's pending returns (records and instances);
-//! - [`returnable`]: where a return probe may go;
+//! - [`returnable`]: where a return probe may go; [`extent`]: where any probe may go;
 //! - [`deferred`]: registration requests, queued when made from a handler;
 //! - [`owners`]: which handler library owns a probe (for fault messages);
 //! - [`report`]: what the runtime says of its probes at the end of the run;
@@ -29,6 +29,7 @@ pub mod deferred;
 #[allow(unsafe_code)]
 pub mod dispatch;
 pub mod error;
+pub mod extent;
 #[allow(unsafe_code)]
 pub mod lifecycle;
 #[allow(unsafe_code)]

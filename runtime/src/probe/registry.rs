@@ -23,6 +23,7 @@ use crate::base::stats::{self, Syscalls};
 use crate::base::{output, sys};
 use crate::insn::patch::Session;
 use crate::probe::error::RegisterError;
+use crate::probe::extent;
 use crate::probe::place::{self, Change, Strategy, Target, WriteError};
 use crate::probe::returnable;
 use crate::probe::ssol::Slots;
@@ -67,12 +68,20 @@ impl Batch {
     }
 }
 
+/// A probe waiting for its module.
+#[derive(Clone, Copy)]
+pub(super) struct Pending {
+    pub(super) is_return: bool,
+    /// It was placed before, and its module unloaded since.
+    pub(super) placed_before: bool,
+}
+
 pub(super) struct State {
     /// Registered probe objects and their addresses.
     pub(super) registered: BTreeMap<usize, usize>,
     /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
-    /// probe object; true for return probes.
-    pub(super) pending: BTreeMap<usize, bool>,
+    /// probe object.
+    pub(super) pending: BTreeMap<usize, Pending>,
     pub(super) view: View,
     pub(super) slots: Slots,
     pub(super) batch: Batch,
@@ -236,13 +245,14 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
     }
     let batched = st.begin();
     let placed = match target {
-        Where::Address(a) => Ok(Some(a)),
+        Where::Address(a) => extent::check_address(&mut st.view, a).map(|()| Some(a)),
         Where::Symbol(name, offset) => match elf::parse_spec(&name) {
             Err(e) => Err(RegisterError::BadSpec(name.clone(), e)),
-            Ok(spec) => match st.view.resolve(&spec) {
+            Ok(spec) => match resolve_within(&mut st.view, &spec, offset) {
                 // Armed when the module is loaded (`pending`); 0 says so to the caller.
                 Err(RegisterError::UnknownModule { module, .. }) => {
-                    st.pending.insert(consumer.key(), consumer.is_return());
+                    st.pending
+                        .insert(consumer.key(), Pending { is_return: consumer.is_return(), placed_before: false });
                     if VERBOSE.load(Ordering::Relaxed) {
                         output::message(format_args!(
                             "probe {name} waits for a module named {module:?}: it is placed when one is loaded"
@@ -250,7 +260,7 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
                     }
                     Ok(None)
                 }
-                resolved => resolved.map(|a| Some(a.wrapping_add(offset as usize))),
+                resolved => resolved.map(Some),
             },
         },
     }
@@ -264,6 +274,25 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
         }
     }
     placed
+}
+
+/// The address `spec` names, plus the probe object's own `offset`, inside the function the
+/// symbol starts (see `extent`).
+pub(super) fn resolve_within(view: &mut View, spec: &elf::ProbeSpec, offset: u64) -> Result<usize, RegisterError> {
+    match *spec {
+        elf::ProbeSpec::Symbol { module, name, offset: in_spec } => {
+            let base = view.resolve(&elf::ProbeSpec::Symbol { module, name, offset: 0 })?;
+            let shown = match module {
+                Some(m) => format!("{m}:{name}"),
+                None => name.to_string(),
+            };
+            extent::check_offset(view, &shown, base, in_spec.wrapping_add(offset))
+        }
+        elf::ProbeSpec::Address(a) => {
+            let addr = (a as usize).wrapping_add(offset as usize);
+            extent::check_address(view, addr).map(|()| addr)
+        }
+    }
 }
 
 /// Joins `consumer` to the point at `addr` (prepared now if needed), records it as
@@ -403,16 +432,13 @@ pub fn lookup_spec(spec: &str) -> Result<usize, RegisterError> {
 
 /// The probe objects that wait for their module, as the consumers they will be.
 pub(super) fn pending_consumers(st: &State) -> Vec<Consumer> {
-    st.pending
-        .iter()
-        .map(
-            |(&key, &ret)| {
-                if ret {
-                    Consumer::Uretprobe(key as *mut Uretprobe)
-                } else {
-                    Consumer::Uprobe(key as *mut Uprobe)
-                }
-            },
-        )
-        .collect()
+    st.pending.iter().map(|(&key, p)| pending_consumer(key, p)).collect()
+}
+
+pub(super) fn pending_consumer(key: usize, p: &Pending) -> Consumer {
+    if p.is_return {
+        Consumer::Uretprobe(key as *mut Uretprobe)
+    } else {
+        Consumer::Uprobe(key as *mut Uprobe)
+    }
 }
