@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "uprobe-run",
-    version,
+    disable_version_flag = true,
     override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]",
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
@@ -30,8 +30,9 @@ Config file: one directive per line, `#` starts a comment line:
   stats, lenient, raw-address   like the options of the same name
 Config entries come before command-line ones; --output overrides `output`.
 
-Environment: UPROBE_LIB overrides the runtime library (default: libuprobe.so next to
-uprobe-run)."
+Environment: UPROBE_LIB overrides the runtime library. Without it, uprobe-run preloads
+libuprobe.so from beside itself, or else the copy it carries, written once to
+$XDG_CACHE_HOME/uprobe-run/ (default ~/.cache; /tmp/uprobe-run-UID if that cannot be written)."
 )]
 pub struct Cli {
     /// Handler library to load (repeatable; loaded in the order given).
@@ -113,6 +114,10 @@ pub struct Cli {
     /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
     #[arg(short = 'l', long)]
     pub list: bool,
+
+    /// Print the version and the runtime library uprobe-run preloads, then exit.
+    #[arg(short = 'V', long)]
+    pub version: bool,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]

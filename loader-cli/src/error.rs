@@ -39,10 +39,17 @@ pub enum Error {
     )]
     SetId { path: PathBuf, kind: &'static str },
     #[error(
-        "{}: no such file (the runtime library; build it, or set UPROBE_LIB to its path)",
+        "{}: no such file (the runtime library named by UPROBE_LIB)",
         .0.display()
     )]
     NoRuntime(PathBuf),
+    #[error(
+        "{}: cannot write the runtime carried inside uprobe-run there: {} (set XDG_CACHE_HOME \
+         to a writable directory, or UPROBE_LIB to a libuprobe.so)",
+        .path.display(),
+        describe(.source)
+    )]
+    RuntimeCache { path: PathBuf, source: io::Error },
     #[error("{}: cannot read config file: {}", .path.display(), describe(.source))]
     ConfigRead { path: PathBuf, source: io::Error },
     #[error("{}:{error}", .path.display())]

@@ -8,6 +8,7 @@ mod config;
 mod elf;
 mod error;
 mod launch;
+mod runtime;
 mod sys;
 
 use cli::Cli;
@@ -35,6 +36,12 @@ fn main() {
 
 fn run() -> Result<Infallible, Error> {
     let cli = Cli::from_args()?;
+    if cli.version {
+        let (path, origin) = runtime::locate()?;
+        println!("uprobe-run {}", env!("CARGO_PKG_VERSION"));
+        println!("runtime: {} ({})", path.display(), origin.describe());
+        std::process::exit(0);
+    }
 
     let mut handlers = Vec::new();
     let mut params = Vec::new();
@@ -103,7 +110,7 @@ fn run() -> Result<Infallible, Error> {
         return Err(Error::NothingToDo);
     }
 
-    let runtime = runtime_path()?;
+    let (runtime, _) = runtime::locate()?;
     check::library(&runtime).map_err(|e| match e {
         Error::NoSuchFile(path) => Error::NoRuntime(path),
         other => other,
@@ -203,15 +210,6 @@ fn resolve_program(name: &Path) -> Result<PathBuf, Error> {
         Err(_) => Candidate::Missing,
     })
     .ok_or_else(|| Error::NotInPath(name.into()))
-}
-
-/// `$UPROBE_LIB`, or `libuprobe.so` next to this executable.
-fn runtime_path() -> Result<PathBuf, Error> {
-    if let Some(lib) = std::env::var_os("UPROBE_LIB").filter(|v| !v.is_empty()) {
-        return Ok(lib.into());
-    }
-    let exe = std::env::current_exe().map_err(|source| Error::Read { path: "/proc/self/exe".into(), source })?;
-    Ok(exe.with_file_name("libuprobe.so"))
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, Error> {

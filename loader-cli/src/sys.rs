@@ -26,3 +26,9 @@ pub fn exec_size_limit() -> usize {
     };
     (stack / 4).clamp(32 * 4096, 6 << 20)
 }
+
+/// This process's real user id.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}

@@ -1,0 +1,126 @@
+//! Which runtime library the program gets preloaded: `$UPROBE_LIB`; else `libuprobe.so`
+//! beside this executable (a build tree); else the copy carried inside this executable
+//! (`build.rs`), written once to a private cache file, since LD_PRELOAD needs a path that
+//! the program, and the programs it execs, can open.
+
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// The runtime built with this executable.
+static EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libuprobe.so"));
+/// A hash of [`EMBEDDED`]: the cache directory's name, with the version.
+const HASH: &str = env!("UPROBE_RUNTIME_HASH");
+
+/// Where the runtime comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `$UPROBE_LIB`.
+    Environment,
+    /// `libuprobe.so` beside uprobe-run.
+    Beside,
+    /// Carried inside uprobe-run and written to a cache file.
+    Embedded,
+}
+
+impl Origin {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Origin::Environment => "from UPROBE_LIB",
+            Origin::Beside => "beside uprobe-run",
+            Origin::Embedded => "carried inside uprobe-run, written there on first use",
+        }
+    }
+}
+
+/// The runtime library to preload, and where it comes from.
+pub fn locate() -> Result<(PathBuf, Origin), Error> {
+    if let Some(lib) = std::env::var_os("UPROBE_LIB").filter(|v| !v.is_empty()) {
+        return Ok((lib.into(), Origin::Environment));
+    }
+    let exe = std::env::current_exe().map_err(|source| Error::Read { path: "/proc/self/exe".into(), source })?;
+    let beside = exe.with_file_name("libuprobe.so");
+    if beside.is_file() {
+        return Ok((beside, Origin::Beside));
+    }
+    extract().map(|path| (path, Origin::Embedded))
+}
+
+/// The cache directories tried, in order: `$XDG_CACHE_HOME` or `~/.cache`, then a private
+/// directory in /tmp.
+fn cache_dirs() -> Vec<PathBuf> {
+    let env_dir = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let mut dirs = Vec::new();
+    match env_dir("XDG_CACHE_HOME") {
+        Some(dir) => dirs.push(dir),
+        None => dirs.extend(env_dir("HOME").map(|home| home.join(".cache"))),
+    }
+    dirs.push(std::env::temp_dir().join(format!("uprobe-run-{}", crate::sys::uid())));
+    dirs
+}
+
+/// Writes the embedded runtime to `<cache>/uprobe-run/<version>-<hash>/libuprobe.so`, unless
+/// it is there already with the same bytes.
+fn extract() -> Result<PathBuf, Error> {
+    let leaf = Path::new("uprobe-run").join(format!("{}-{HASH}", env!("CARGO_PKG_VERSION"))).join("libuprobe.so");
+    let mut first_error = None;
+    for dir in cache_dirs() {
+        let path = dir.join(&leaf);
+        // LD_PRELOAD splits on ':' and blanks.
+        if path.as_os_str().as_bytes().iter().any(|&b| b == b':' || b.is_ascii_whitespace()) {
+            continue;
+        }
+        match write_once(&dir, &path) {
+            Ok(()) => return Ok(path),
+            Err(source) => {
+                first_error.get_or_insert(Error::RuntimeCache { path, source });
+            }
+        }
+    }
+    Err(first_error.unwrap_or(Error::RuntimeCache { path: leaf, source: io::Error::other("no cache directory") }))
+}
+
+fn write_once(base: &Path, path: &Path) -> io::Result<()> {
+    if fs::read(path).is_ok_and(|bytes| bytes == EMBEDDED) {
+        return Ok(());
+    }
+    let dir = path.parent().expect("the leaf has directories");
+    if base.starts_with(std::env::temp_dir()) {
+        private_dir(base)?;
+    }
+    DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
+    // Written beside and renamed: a concurrent run sees the old file or the whole new one.
+    let temp = dir.join(format!(".libuprobe.so.{}", std::process::id()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(&temp)
+        .and_then(|mut f| f.write_all(EMBEDDED).and_then(|()| f.sync_all()));
+    let renamed = written.and_then(|()| fs::rename(&temp, path));
+    if renamed.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    renamed
+}
+
+/// A directory in a shared place (/tmp) that only this user can write: created 0700, or
+/// found as a real directory owned by this user and closed to others.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        Err(_) => {}
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    let private = meta.is_dir() && meta.uid() == crate::sys::uid() && meta.permissions().mode() & 0o022 == 0;
+    match private {
+        true => Ok(()),
+        false => Err(io::Error::other(format!("{} is not a private directory of this user", dir.display()))),
+    }
+}
