@@ -28,6 +28,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering
 use crate::base::output;
 use crate::hazard::faults;
 use crate::hazard::interpose::{next, Next};
+use crate::probe::thread;
 
 type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
@@ -212,7 +213,9 @@ unsafe fn call_program(handler: usize, flags: c_int, sig: c_int, info: *mut libc
 pub unsafe fn foreign_trap(addr: usize, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel's siginfo.
     let from_cpu = unsafe { (*info).si_code } > 0;
-    if TRAP_BLOCKED.with(Cell::get) {
+    // A runtime loaded by attach interposes nothing (its thread-local storage is out of reach
+    // here, see `probe::thread`): the program's masks are its own.
+    if !thread::pooled_states() && TRAP_BLOCKED.with(Cell::get) {
         if from_cpu {
             // The kernel forces the default action on a blocked trap the CPU raised.
             return die_by(libc::SIGTRAP);

@@ -89,8 +89,13 @@ fn claim_slot() -> u32 {
     for k in 0..READER_SLOTS {
         let i = (start + k) % READER_SLOTS;
         if SLOT_TAKEN[i].compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            // SAFETY: a key made at start-up; the value is the slot plus one, never null.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, (i + 1) as *const libc::c_void) };
+            // A runtime loaded by attach made its key late, maybe past the ones a thread holds
+            // inline (setting it could then allocate): its pooled thread states keep their
+            // slot instead, for the next thread that takes the state over.
+            if !crate::probe::thread::pooled_states() {
+                // SAFETY: a key made at start-up; the value is the slot plus one, never null.
+                unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, (i + 1) as *const libc::c_void) };
+            }
             return i as u32;
         }
     }
