@@ -13,6 +13,7 @@
 //! - [`returns`]: a thread's pending returns (records and instances);
 //! - [`deferred`]: registration requests, queued when made from a handler;
 //! - [`owners`]: which handler library owns a probe (for fault messages);
+//! - [`world`]: holding the other threads stopped around a batch's writes (attach);
 //! - [`error`]: why a registration failed.
 //!
 //! Context: `dispatch`, `retprobe`'s entry and return paths and `rcu`'s read side run on the
@@ -44,3 +45,4 @@ pub mod symbols;
 pub mod table;
 #[allow(unsafe_code)]
 pub mod thread;
+pub mod world;

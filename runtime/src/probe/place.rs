@@ -22,6 +22,7 @@ use crate::probe::error::RegisterError;
 use crate::probe::ssol::Slots;
 use crate::probe::symbols::{FunctionCode, View};
 use crate::probe::table::{self, JumpPrep, ProbePoint, INT3, MAX_PATCH};
+use crate::probe::world::{self, World};
 
 /// `--no-optimize` clears this: every probe then keeps its `int3`.
 pub static OPTIMIZE: AtomicBool = AtomicBool::new(true);
@@ -228,14 +229,7 @@ fn alone() -> bool {
     if crate::probe::thread::in_signal() {
         return false;
     }
-    if WORLD_STOPPED.load(Ordering::SeqCst) {
-        return true;
-    }
-    let Ok(status) = sys::read_file(c"/proc/self/status") else { return false };
-    String::from_utf8_lossy(&status)
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim() == "1"))
-        .unwrap_or(false)
+    WORLD_STOPPED.load(Ordering::SeqCst) || world::single_program_thread()
 }
 
 /// Why `pp` may not take its jump in this batch (None: it may). `targets` are the batch's
@@ -289,7 +283,8 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
     }
     // Decide everything, and reserve every byte of memory, before the first write.
     let wants_jump = |c: &Change| c.target == Target::Armed && c.pp.jump.is_ok() && OPTIMIZE.load(Ordering::Relaxed);
-    let alone = changes.iter().any(wants_jump) && alone();
+    let held_world = world::for_this_thread();
+    let alone = changes.iter().any(wants_jump) && (held_world.is_some() || alone());
     let targets: Vec<(usize, Target)> = changes.iter().map(|c| (c.pp.addr, c.target)).collect();
     let mut steps = vec![Step::None; changes.len()];
     for (i, c) in changes.iter_mut().enumerate() {
@@ -322,6 +317,7 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             steps[i] = Step::None;
         }
     }
+    let held = held_world.filter(|_| steps.iter().any(|s| *s != Step::None)).map(|w| hold(w, changes, &mut steps));
     // From here to `close`: no allocation, no call into libc.
     let mut jump = [INT3; MAX_PATCH];
     // Step 1: an int3 on every first byte that changes.
@@ -377,7 +373,55 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
         patch::sync_cores();
     }
     session.close();
+    if let Some(world) = held.flatten() {
+        WORLD_STOPPED.store(false, Ordering::SeqCst);
+        world.resume();
+    }
 }
+
+/// Stops the other threads for the writes of a batch whose steps are decided (attach). A jump
+/// whose replaced bytes hold a stopped thread's resume address waits for the thread to move
+/// on (a few short resumes), and otherwise takes the `int3`; if the threads cannot be stopped
+/// at all, every jump does. Returns the world to resume after the writes.
+fn hold(world: &'static dyn World, changes: &mut [Change], steps: &mut [Step]) -> Option<&'static dyn World> {
+    let inside = |c: &Change, rips: &[usize]| match &c.pp.jump {
+        Ok(prep) => rips.iter().copied().find(|&r| c.pp.addr < r && r < c.pp.addr + prep.patch_len),
+        Err(_) => None,
+    };
+    let mut rips = world.stop();
+    for _ in 0..RESTOPS {
+        let Some(now) = &rips else { break };
+        if !changes.iter().zip(steps.iter()).any(|(c, s)| *s == Step::Jump && inside(c, now).is_some()) {
+            break;
+        }
+        rips = world.restop();
+    }
+    for (i, c) in changes.iter_mut().enumerate() {
+        if steps[i] != Step::Jump {
+            continue;
+        }
+        let why = match &rips {
+            None => NoJump::Live,
+            Some(rips) => match inside(c, rips) {
+                Some(at) => NoJump::ThreadInside { at: at as u64 },
+                None => continue,
+            },
+        };
+        let jumping = c.pp.jump_active.load(Ordering::SeqCst);
+        let armed = first_byte(c.pp) == INT3 && !c.pp.tail_patched.load(Ordering::SeqCst);
+        steps[i] = if !jumping && armed { Step::None } else { Step::Int3 };
+        c.result = Ok(Strategy::Int3(why));
+    }
+    let stopped = rips.is_some();
+    if stopped {
+        WORLD_STOPPED.store(true, Ordering::SeqCst);
+    }
+    debug_assert!(!steps.contains(&Step::Jump) || stopped);
+    stopped.then_some(world)
+}
+
+/// How many times a batch lets the threads move on when one sits where a jump goes.
+const RESTOPS: usize = 3;
 
 fn first_byte(pp: &ProbePoint) -> u8 {
     // SAFETY: the point's address lies in an executable mapping.
