@@ -4,10 +4,13 @@
 //! - [`exports`]: `register_uprobe` and the other C functions; [`printf`]: `uprobe_printf`;
 //! - [`handlers`]: handler libraries, their `uprobe_init` (one placement batch each) and
 //!   `uprobe_exit`;
-//! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`.
+//! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`;
+//! - [`attach`]: `uprobe_attach_start`, which `uprobe-run --pid` calls in a running process.
 //!
 //! Context: normal (start-up, the program's calls), or a handler for the C functions.
 
+#[allow(unsafe_code)]
+pub mod attach;
 #[allow(unsafe_code)]
 pub mod exports;
 #[allow(unsafe_code)]
