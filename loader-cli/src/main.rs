@@ -1,7 +1,9 @@
 //! `uprobe-run`: checks the program, the handler libraries and the runtime, then replaces
-//! itself with the program, the runtime preloaded.
+//! itself with the program, the runtime preloaded; or, with `--pid`, attaches to a running
+//! process (see `attach`).
 #![deny(unsafe_code)]
 
+mod attach;
 mod check;
 mod cli;
 mod config;
@@ -66,6 +68,18 @@ fn run() -> Result<Infallible, Error> {
     params.extend(cli.params);
     let output = cli.output.or(output);
 
+    if let Some(pid) = cli.pid {
+        let duration = match cli.duration {
+            Some(d) if !(d >= 0.0 && d.is_finite()) => return Err(Error::BadDuration(d)),
+            d => d.map(std::time::Duration::from_secs_f64),
+        };
+        let status = attach_to(pid, &cli.command, &handlers, params, output, options, duration)?;
+        std::process::exit(status);
+    }
+    if cli.duration.is_some() {
+        return Err(Error::DurationWithoutPid);
+    }
+
     let (name, args) = cli.command.split_first().ok_or(Error::NoProgram)?;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
@@ -108,6 +122,49 @@ fn run() -> Result<Infallible, Error> {
             .map_err(|source| Error::Output { path: output.clone(), source })?;
     }
     Err(Error::Exec { path: program, source: launch.exec() })
+}
+
+/// `--pid`: checks what only a launch can use, the runtime and the libraries, then attaches;
+/// returns uprobe-run's exit status.
+fn attach_to(
+    pid: i32,
+    command: &[std::ffi::OsString],
+    handlers: &[PathBuf],
+    params: Vec<String>,
+    output: Option<PathBuf>,
+    options: Vec<String>,
+    duration: Option<std::time::Duration>,
+) -> Result<i32, Error> {
+    if !command.is_empty() {
+        return Err(Error::PidAndProgram);
+    }
+    for (name, flag) in [("follow-exec", "--follow-exec"), ("no-follow-fork", "--no-follow-fork")] {
+        if options.iter().any(|o| o == name) {
+            return Err(Error::NotWithPid(flag));
+        }
+    }
+    let runtime = runtime_path()?;
+    check::library(&runtime).map_err(|e| match e {
+        Error::NoSuchFile(path) => Error::NoRuntime(path),
+        other => other,
+    })?;
+    let mut handler_paths = Vec::with_capacity(handlers.len());
+    for handler in handlers {
+        check::library(handler)?;
+        handler_paths.push(spec_path(handler)?);
+    }
+    let verbose = options.iter().any(|o| o == "verbose");
+    let request = attach::Request {
+        pid,
+        runtime: absolute(&runtime)?,
+        handlers: handler_paths,
+        params,
+        output,
+        options,
+        duration,
+        verbose,
+    };
+    Ok(attach::run(request)?)
 }
 
 fn load_config(path: &Path) -> Result<config::Config, Error> {
