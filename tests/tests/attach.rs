@@ -550,6 +550,16 @@ fn refusals_name_their_cause_and_leave_the_target_alone() {
 
     let prog = myprog();
     let target = Target::start(&prog, &["--stdin"]);
+    // Stopped (Ctrl-Z): a thread it would start could not run.
+    // SAFETY: kill(2) with our own child's pid.
+    unsafe { libc::kill(target.pid, libc::SIGSTOP) };
+    let stat = format!("/proc/{}/stat", target.pid);
+    while !std::fs::read_to_string(&stat).unwrap().contains(") T ") {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_refused(target.pid, &[], &format!("uprobe-run: process {} is stopped", target.pid), "kill -CONT");
+    // SAFETY: as above.
+    unsafe { libc::kill(target.pid, libc::SIGCONT) };
     // Traced already (by strace, where installed).
     match Command::new("strace").args(["-p", &target.pid.to_string(), "-o", "/dev/null"]).stderr(Stdio::null()).spawn()
     {

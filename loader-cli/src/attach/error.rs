@@ -16,6 +16,8 @@ pub enum AttachError {
     Itself(i32),
     #[error("process {0} is a zombie (it has exited; its parent has not reaped it)")]
     Zombie(i32),
+    #[error("process {0} is stopped (SIGSTOP or Ctrl-Z): continue it first (kill -CONT {0})")]
+    Stopped(i32),
     #[error("process {pid}: not permitted to trace it ({why}; {yama})")]
     NotPermitted { pid: i32, why: String, yama: Yama },
     #[error("process {pid} is already traced by {tracer} (pid {tracer_pid}): detach it first")]

@@ -68,6 +68,14 @@ impl Pause {
     }
 }
 
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 impl std::fmt::Display for Pause {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let s = if self.stops == 1 { "" } else { "s" };
@@ -186,10 +194,12 @@ impl Session {
                         if self.request.verbose {
                             let exe = self.target.exe.display();
                             eprintln!(
-                                "uprobe-run: attached to process {} ({exe}) in {:.3} ms: {libraries} handler librar{}, {probes} probes ({jumps} jumps); {attach_pause}",
+                                "uprobe-run: attached to process {} ({exe}) in {:.3} ms: {libraries} handler librar{}, {probes} probe{} ({jumps} jump{}); {attach_pause}",
                                 self.pid(),
                                 self.started.elapsed().as_secs_f64() * 1e3,
                                 if libraries == 1 { "y" } else { "ies" },
+                                plural(probes),
+                                plural(jumps),
                             );
                         }
                         if detach_wanted {
@@ -213,8 +223,9 @@ impl Session {
                         if self.request.verbose {
                             let took = detach_started.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
                             eprintln!(
-                                "uprobe-run: detached from process {} in {took:.3} ms: {probes} probes removed; {detach_pause}",
-                                self.pid()
+                                "uprobe-run: detached from process {} in {took:.3} ms: {probes} probe{} removed; {detach_pause}",
+                                self.pid(),
+                                plural(probes)
                             );
                         }
                         return Ok(0);

@@ -116,6 +116,9 @@ impl Target {
         if state == 'Z' || state == 'X' {
             return Err(AttachError::Zombie(pid));
         }
+        if state == 'T' {
+            return Err(AttachError::Stopped(pid));
+        }
         let exe_link = proc_path(pid, "exe");
         let exe = fs::read_link(&exe_link).map_err(|e| proc_error(pid, &exe_link, e))?;
         if let Some(tracer_pid) = status_field(pid, "TracerPid").and_then(|t| t.parse::<i32>().ok()).filter(|&t| t != 0)

@@ -28,7 +28,7 @@ use crate::base::spec::Spec;
 use crate::base::sys::{self, Errno};
 use crate::base::{output, params, route};
 use crate::insn::vector;
-use crate::probe::{deferred, world};
+use crate::probe::{deferred, registry, world};
 
 /// The process whose agent is running (a forked child has none), or 0.
 static RUNNING: AtomicI32 = AtomicI32::new(0);
@@ -175,6 +175,12 @@ fn run(channel: Channel, preloaded: bool) {
         params::set_session(tid, &spec.params);
         hold::set_socket(channel.fd);
         world::install(tid, &hold::TRACER);
+        if registry::main_is_go() {
+            let exe = sys::readlink(c"/proc/self/exe").unwrap_or_else(|_| "this program".into());
+            output::message(format_args!(
+                "{exe} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work"
+            ));
+        }
         if spec.options.full_vector_state && !vector::save_full_state() {
             output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));
         }

@@ -139,6 +139,9 @@ impl Session {
     /// Runs the libraries' `uprobe_exit` (last loaded first) and removes every probe they own,
     /// in one batch; returns how many probes were removed.
     pub fn exit(&mut self) -> usize {
+        // Probes in libraries the program unloaded meanwhile have no code to restore (a runtime
+        // loaded late does not see dlclose happen).
+        registry::drop_unmapped();
         with_options(self.spec.options, || {
             deferred::batch(|| {
                 let before = self.owned().len();
