@@ -3,7 +3,7 @@
  *
  * Prints "attached" when its probes are in place, "work is hit" at the first hit of work()
  * (hits arrive while the session runs), and at uprobe_exit "tick: N hits". With
- * --param tag=T every line starts with "T ".
+ * --param tag=T every line starts with "T " (the handler of work() reads it when hit).
  */
 #include <stddef.h>
 
@@ -20,12 +20,15 @@ static void on_tick(struct uprobe *u, struct pt_regs *regs)
 	__atomic_add_fetch(&ticks, 1, __ATOMIC_RELAXED);
 }
 
+/* Reads its tag again on the hit: a handler sees its session's parameters too. */
 static void on_work(struct uprobe *u, struct pt_regs *regs)
 {
+	const char *now = uprobe_param("tag");
+
 	(void)u;
 	(void)regs;
 	if (__atomic_add_fetch(&works, 1, __ATOMIC_RELAXED) == 1)
-		uprobe_printf("%s%swork is hit\n", tag, space);
+		uprobe_printf("%s%swork is hit\n", now != NULL ? now : "", space);
 }
 
 static struct uprobe tick_probe = { .symbol_name = "tick", .handler = on_tick };

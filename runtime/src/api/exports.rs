@@ -11,6 +11,7 @@ use crate::probe::deferred::{self, Request};
 use crate::probe::registry;
 use crate::probe::retprobe;
 use crate::probe::table::Consumer;
+use crate::probe::thread;
 
 /// `int register_uprobe(struct uprobe *u)`.
 ///
@@ -73,8 +74,8 @@ pub fn set_params(params: &[(String, String)]) {
     params::set_process(params);
 }
 
-/// `const char *uprobe_param(const char *name)`: the process's parameters, or, on the thread
-/// running an attach session's libraries, the session's (see `base::params`).
+/// `const char *uprobe_param(const char *name)`: the process's parameters, or, for an attach
+/// session's libraries, the session's (see `base::params`).
 ///
 /// # Safety
 /// `name` must be null or a C string.
@@ -83,8 +84,10 @@ pub unsafe extern "C" fn uprobe_param(name: *const c_char) -> *const c_char {
     if name.is_null() {
         return core::ptr::null();
     }
+    // A handler of an attach session's library reads the session's parameters.
+    let code = thread::current().code.get();
     // SAFETY: `name` is a C string (caller).
-    params::lookup(unsafe { CStr::from_ptr(name) })
+    params::lookup(unsafe { CStr::from_ptr(name) }, code)
 }
 
 /// `unsigned long uprobe_lookup(const char *spec)`.

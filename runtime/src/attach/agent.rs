@@ -172,7 +172,7 @@ fn run(channel: Channel, preloaded: bool) {
         if !preloaded {
             output::set_socket(out);
         }
-        params::set_session(tid, &spec.params);
+        params::set_session(tid, out, &spec.params);
         hold::set_socket(channel.fd);
         world::install(tid, &hold::TRACER);
         if registry::main_is_go() {
