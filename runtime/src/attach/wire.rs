@@ -11,6 +11,34 @@ pub fn socket_name(listener_pid: u32, target_pid: i32) -> String {
 /// The longest message either side sends.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
+/// The messages of a hold (see `hold`), which the agent sends and reads without allocating:
+/// one of the held threads may hold the runtime's allocator lock.
+pub const STOP: &str = "stop";
+pub const RESTOP: &str = "restop";
+pub const RESUME: &str = "resume";
+pub const RESUMED: &str = "resumed";
+const STOPPED: &str = "stopped\t";
+
+/// Reads a `stopped` answer into `rips`, within its capacity, without allocating: Some(true)
+/// when every address fit, Some(false) when some did not, None when it is not a well-formed
+/// `stopped` answer (the threads were not stopped).
+pub fn parse_stopped(text: &[u8], rips: &mut Vec<usize>) -> Option<bool> {
+    let list = text.strip_prefix(STOPPED.as_bytes())?;
+    rips.clear();
+    for item in list.split(|&b| b == b',').filter(|i| !i.is_empty()) {
+        let mut value: usize = 0;
+        for &b in item {
+            let digit = (b as char).to_digit(16)? as usize;
+            value = value.checked_mul(16)?.checked_add(digit)?;
+        }
+        if rips.len() == rips.capacity() {
+            return Some(false);
+        }
+        rips.push(value);
+    }
+    Some(true)
+}
+
 /// From the agent to `uprobe-run`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FromAgent {
@@ -65,9 +93,9 @@ impl FromAgent {
     pub fn encode(&self) -> String {
         match self {
             FromAgent::Hello { pid, tid, preloaded } => format!("hello\t{pid}\t{tid}\t{}", u8::from(*preloaded)),
-            FromAgent::Stop => "stop".into(),
-            FromAgent::Restop => "restop".into(),
-            FromAgent::Resume => "resume".into(),
+            FromAgent::Stop => STOP.into(),
+            FromAgent::Restop => RESTOP.into(),
+            FromAgent::Resume => RESUME.into(),
             FromAgent::Ready { libraries, probes, jumps } => format!("ready\t{libraries}\t{probes}\t{jumps}"),
             FromAgent::Failed { line } => format!("failed\t{}", one_line(line)),
             FromAgent::Detached { probes, notes } => {
@@ -109,10 +137,10 @@ impl ToAgent {
             ToAgent::Spec(records) => format!("spec\n{records}"),
             ToAgent::Stopped(rips) => {
                 let rips: Vec<String> = rips.iter().map(|r| format!("{r:x}")).collect();
-                format!("stopped\t{}", rips.join(","))
+                format!("{STOPPED}{}", rips.join(","))
             }
             ToAgent::Unstoppable(why) => format!("unstoppable\t{}", one_line(why)),
-            ToAgent::Resumed => "resumed".into(),
+            ToAgent::Resumed => RESUMED.into(),
             ToAgent::Detach => "detach".into(),
         }
     }
@@ -168,6 +196,21 @@ mod tests {
         for m in to {
             assert_eq!(ToAgent::decode(&m.encode()), Some(m));
         }
+    }
+
+    #[test]
+    fn stopped_answers_parse_within_the_room_given() {
+        let text = ToAgent::Stopped(vec![0x401126, 0x7f00_0000_1234]).encode();
+        let mut rips = Vec::with_capacity(2);
+        assert_eq!(parse_stopped(text.as_bytes(), &mut rips), Some(true));
+        assert_eq!(rips, [0x401126, 0x7f00_0000_1234]);
+        let mut small = Vec::with_capacity(1);
+        assert_eq!(parse_stopped(text.as_bytes(), &mut small), Some(false));
+        assert_eq!(small.capacity(), 1, "no allocation");
+        assert_eq!(parse_stopped(b"stopped\t", &mut rips), Some(true));
+        assert!(rips.is_empty());
+        assert_eq!(parse_stopped(b"unstoppable\tno", &mut rips), None);
+        assert_eq!(parse_stopped(b"stopped\tx1", &mut rips), None);
     }
 
     #[test]

@@ -373,51 +373,61 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
         patch::sync_cores();
     }
     session.close();
-    if let Some(world) = held.flatten() {
+    if let Some(Held { world: Some(world), rips }) = held {
         WORLD_STOPPED.store(false, Ordering::SeqCst);
         world.resume();
+        drop(rips);
     }
 }
 
 /// Stops the other threads for the writes of a batch whose steps are decided (attach). A jump
 /// whose replaced bytes hold a stopped thread's resume address waits for the thread to move
 /// on (a few short resumes), and otherwise takes the `int3`; if the threads cannot be stopped
-/// at all, every jump does. Returns the world to resume after the writes.
-fn hold(world: &'static dyn World, changes: &mut [Change], steps: &mut [Step]) -> Option<&'static dyn World> {
+/// at all, every jump does.
+fn hold(world: &'static dyn World, changes: &mut [Change], steps: &mut [Step]) -> Held {
     let inside = |c: &Change, rips: &[usize]| match &c.pp.jump {
         Ok(prep) => rips.iter().copied().find(|&r| c.pp.addr < r && r < c.pp.addr + prep.patch_len),
         Err(_) => None,
     };
-    let mut rips = world.stop();
+    // Reserved now: from the stop to the resume nothing may allocate.
+    let mut rips = world::room_for_addresses();
+    let mut stopped = world.stop(&mut rips);
     for _ in 0..RESTOPS {
-        let Some(now) = &rips else { break };
-        if !changes.iter().zip(steps.iter()).any(|(c, s)| *s == Step::Jump && inside(c, now).is_some()) {
+        let blocked = changes.iter().zip(steps.iter()).any(|(c, s)| *s == Step::Jump && inside(c, &rips).is_some());
+        if !stopped || !blocked {
             break;
         }
-        rips = world.restop();
+        stopped = world.restop(&mut rips);
     }
     for (i, c) in changes.iter_mut().enumerate() {
         if steps[i] != Step::Jump {
             continue;
         }
-        let why = match &rips {
-            None => NoJump::Live,
-            Some(rips) => match inside(c, rips) {
+        let why = if !stopped {
+            NoJump::Live
+        } else {
+            match inside(c, &rips) {
                 Some(at) => NoJump::ThreadInside { at: at as u64 },
                 None => continue,
-            },
+            }
         };
         let jumping = c.pp.jump_active.load(Ordering::SeqCst);
         let armed = first_byte(c.pp) == INT3 && !c.pp.tail_patched.load(Ordering::SeqCst);
         steps[i] = if !jumping && armed { Step::None } else { Step::Int3 };
         c.result = Ok(Strategy::Int3(why));
     }
-    let stopped = rips.is_some();
     if stopped {
         WORLD_STOPPED.store(true, Ordering::SeqCst);
     }
     debug_assert!(!steps.contains(&Step::Jump) || stopped);
-    stopped.then_some(world)
+    Held { world: stopped.then_some(world), rips }
+}
+
+/// The threads held for a batch: the world to resume them with (None: not held), and the
+/// addresses' room, freed only once they run again.
+struct Held {
+    world: Option<&'static dyn World>,
+    rips: Vec<usize>,
 }
 
 /// How many times a batch lets the threads move on when one sits where a jump goes.

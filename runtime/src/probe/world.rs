@@ -15,17 +15,34 @@ use crate::base::lock::Mutex;
 use crate::base::sys;
 use crate::probe::thread;
 
-/// A means to stop and resume every other thread of the process.
+/// A means to stop and resume every other thread of the process. While they are stopped,
+/// one of them may hold the runtime's allocator lock: nothing here may allocate, which is
+/// why the caller passes the room for the addresses.
 pub trait World: Sync {
     /// Stops every other thread at a safe place (outside any system call or instruction in
-    /// progress). Returns where each will resume (its instruction pointer, and for a thread
-    /// in a system call that restarts, the address of that `syscall` too), or None if they
-    /// could not be stopped.
-    fn stop(&self) -> Option<Vec<usize>>;
+    /// progress) and fills `rips` with where each will resume (its instruction pointer, and
+    /// for a thread in a system call that restarts, the address of that `syscall` too),
+    /// within the capacity the caller reserved. Returns false if they could not be stopped,
+    /// or were let go again because their addresses did not fit.
+    fn stop(&self, rips: &mut Vec<usize>) -> bool;
     /// Lets the stopped threads run briefly and stops them again (one sat where a jump goes).
-    fn restop(&self) -> Option<Vec<usize>>;
+    fn restop(&self, rips: &mut Vec<usize>) -> bool;
     /// Lets them run again.
     fn resume(&self);
+}
+
+/// Room for the resume addresses of every thread of the process, and more for threads that
+/// appear before the stop (allocated before it).
+pub fn room_for_addresses() -> Vec<usize> {
+    let threads = sys::read_file(c"/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            String::from_utf8_lossy(&s)
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:").and_then(|n| n.trim().parse::<usize>().ok()))
+        })
+        .unwrap_or(0);
+    Vec::with_capacity(2 * (threads + 256))
 }
 
 /// The thread whose batches a world serves, and the world.
