@@ -3,8 +3,9 @@
 //! 1. `target` checks the process (exists, may be traced, a dynamic x86-64 glibc program,
 //!    not traced already, no session on);
 //! 2. `stop` holds every thread; a thread at a safe place is kept (one blocked in a system
-//!    call other than futex, else a futex wait, else one running the program's own code,
-//!    outside the C library and the loader, whose locks it may hold), the others run on;
+//!    call other than futex or the allocator's, else a futex wait, else one running the
+//!    program's own code; never one in the dynamic loader, or in the C library outside a
+//!    system call: it may hold their locks), the others run on;
 //! 3. `inject` makes that thread call `dlopen` on the runtime (unless it is there already)
 //!    and then the runtime's `uprobe_attach_start`, and gives it back its registers;
 //! 4. the runtime's agent connects, and `session` runs the session: it stops the threads
@@ -83,14 +84,29 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     session::Session { target, control, out, signals, request, started, pause }.run()
 }
 
-/// How fit a held thread is to run the loader: lower is better, None not at all.
-fn fitness(h: &Held, loader_code: &[&Mapping]) -> Option<u8> {
-    if h.in_syscall() {
-        // A futex wait may be inside a lock holder (waiting for a second lock).
-        return Some(if h.regs.orig_rax == libc::SYS_futex as u64 { 2 } else { 1 });
-    }
+/// System calls the C library's allocator makes while it holds an arena lock: a thread
+/// blocked in one must not run `dlopen` (it would wait for its own lock).
+const ALLOCATOR_CALLS: [i64; 6] =
+    [libc::SYS_mmap, libc::SYS_mprotect, libc::SYS_munmap, libc::SYS_brk, libc::SYS_mremap, libc::SYS_madvise];
+
+/// How fit a held thread is to run the loader: lower is better, None not at all. `loader` is
+/// the dynamic loader's code (a thread there holds its lock), `libc` the C library's.
+fn fitness(h: &Held, loader: &[&Mapping], libc: &[&Mapping]) -> Option<u8> {
     let rip = h.regs.rip;
-    if loader_code.iter().any(|m| m.start <= rip && rip < m.end) {
+    let inside = |code: &[&Mapping]| code.iter().any(|m| m.start <= rip && rip < m.end);
+    if inside(loader) {
+        return None;
+    }
+    if h.in_syscall() {
+        let call = h.regs.orig_rax as i64;
+        return match call {
+            _ if ALLOCATOR_CALLS.contains(&call) => None,
+            // A futex wait may be a lock holder waiting for a second lock.
+            _ if call == libc::SYS_futex => Some(2),
+            _ => Some(1),
+        };
+    }
+    if inside(libc) {
         return None;
     }
     Some(3)
@@ -99,17 +115,17 @@ fn fitness(h: &Held, loader_code: &[&Mapping]) -> Option<u8> {
 /// Holds one thread of `target` at a safe place, the others running; counts the pause.
 fn pick_thread(target: &Target, pause: &mut session::Pause) -> Result<Hijacked, AttachError> {
     let maps = target.maps()?;
-    let is_loader = |m: &&Mapping| {
-        let name = m.path.rsplit('/').next().unwrap_or("");
-        m.perms.contains('x')
-            && (name.starts_with("libc.so") || name.starts_with("ld-linux") || name.starts_with("libpthread"))
+    let code_of = |prefixes: &[&str]| -> Vec<&Mapping> {
+        let named = |m: &&Mapping| prefixes.iter().any(|p| m.path.rsplit('/').next().unwrap_or("").starts_with(p));
+        maps.iter().filter(|m| m.perms.contains('x')).filter(named).collect()
     };
-    let loader_code: Vec<&Mapping> = maps.iter().filter(is_loader).collect();
+    let loader = code_of(&["ld-linux"]);
+    let libc = code_of(&["libc.so", "libpthread"]);
     for _ in 0..PICK_ROUNDS {
         let stopped = stop::stop_all(target, None, true).map_err(|e| match e {
             StopError::Gone(e) | StopError::Failed(e) => e,
         })?;
-        let best = stopped.threads.iter().filter_map(|h| Some((fitness(h, &loader_code)?, h.tid))).min();
+        let best = stopped.threads.iter().filter_map(|h| Some((fitness(h, &loader, &libc)?, h.tid))).min();
         match best {
             Some((_, tid)) => {
                 let (kept, held) = stopped.keep_only(tid);
@@ -214,5 +230,35 @@ fn start_agent(target: &Target, runtime: &Path, name: &str, pause: &mut session:
             thread.release()?;
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(rip: u64, call: Option<i64>) -> Held {
+        let mut regs = ptrace::zeroed_regs();
+        regs.rip = rip;
+        regs.orig_rax = call.map_or(u64::MAX, |c| c as u64);
+        regs.rax = if call.is_some() { (-512i64) as u64 } else { 0 };
+        Held { tid: 1, regs, signal: 0 }
+    }
+
+    fn code(start: u64, path: &str) -> Mapping {
+        Mapping { start, end: start + 0x1000, perms: "r-xp".into(), offset: 0, inode: 1, path: path.into() }
+    }
+
+    #[test]
+    fn threads_are_kept_where_they_hold_no_lock_of_the_loader_or_malloc() {
+        let (ld, libc) = (code(0x1000, "/lib64/ld-linux-x86-64.so.2"), code(0x8000, "/lib/libc.so.6"));
+        let fit = |h: Held| fitness(&h, &[&ld], &[&libc]);
+        assert_eq!(fit(held(0x8010, Some(libc::SYS_read))), Some(1));
+        assert_eq!(fit(held(0x8010, Some(libc::SYS_futex))), Some(2));
+        assert_eq!(fit(held(0x8010, Some(libc::SYS_mmap))), None);
+        assert_eq!(fit(held(0x1010, Some(libc::SYS_read))), None);
+        assert_eq!(fit(held(0x40_0000, None)), Some(3));
+        assert_eq!(fit(held(0x8010, None)), None);
+        assert_eq!(fit(held(0x1010, None)), None);
     }
 }
