@@ -430,6 +430,26 @@ fn sigterm_duration_and_the_process_exit_end_the_session() {
 }
 
 #[test]
+fn an_exec_during_the_session_ends_it() {
+    need_ptrace!();
+    let handler = test_handler("attach_hits");
+    let target = Target::start(&service(), &["2"]);
+    let mut session = Session::start(target.pid, &["--handlers", path(&handler)]);
+    session.expect("work is hit");
+    // The service execs /bin/sleep on SIGUSR2: the session's program is gone.
+    // SAFETY: kill(2) with our own child's pid.
+    unsafe { libc::kill(target.pid, libc::SIGUSR2) };
+    let (status, lines) = session.wait();
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    let own = session.own_lines();
+    let end = format!("uprobe-run: process {} exec'd ", target.pid);
+    assert!(
+        own.last().is_some_and(|l| l.starts_with(&end) && l.ends_with("the session ended with the program it ran")),
+        "{own:?}"
+    );
+}
+
+#[test]
 fn attaching_to_a_process_started_by_uprobe_run_adds_to_its_own_probes() {
     need_ptrace!();
     let count = artefact("libcount.so");
