@@ -24,6 +24,8 @@ const INIT_FAILED: i32 = 127;
 const REFUSED: i32 = 2;
 /// How long the agent may take to end after it said it detached.
 const AGENT_END_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a process whose agent went away may take to finish exiting.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long the target's threads run between two stops when one sat where a jump goes.
 const RESTOP_GAP: Duration = Duration::from_millis(1);
 /// The output socket's send buffer in the target: lines wait there while uprobe-run is busy.
@@ -232,11 +234,11 @@ impl Session {
                     }
                     Some(FromAgent::Exiting) => {}
                     Some(FromAgent::Hello { .. }) => return Err(self.protocol("a second hello")),
-                    None => return self.agent_gone(phase, &ours),
+                    None => return self.agent_gone(phase, &ours, &pidfd),
                 }
             }
             if ready[3] {
-                return self.agent_gone(phase, &ours);
+                return self.agent_gone(phase, &ours, &pidfd);
             }
         }
     }
@@ -274,7 +276,9 @@ impl Session {
 
     /// The agent went away without detaching: the process exited or exec'd. Returns the exit
     /// status.
-    fn agent_gone(&mut self, phase: Phase, ours: &OwnedFd) -> Result<i32, AttachError> {
+    fn agent_gone(&mut self, phase: Phase, ours: &OwnedFd, pidfd: &OwnedFd) -> Result<i32, AttachError> {
+        // The agent's socket closes while the process is still on its way out.
+        let _ = net::poll(&[pidfd.as_raw_fd()], Some(EXIT_GRACE));
         self.relay(ours);
         let pid = self.pid();
         // An exec of the same program leaves the same executable: the runtime then is gone.
