@@ -17,7 +17,7 @@ use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 use crate::base::spec::{Options, Spec};
 use crate::base::{maps, output, route, sys};
 use crate::probe::table::{self, Consumer};
-use crate::probe::{deferred, place, registry};
+use crate::probe::{deferred, owners, place, registry};
 
 type InitFn = unsafe extern "C" fn() -> c_int;
 type ExitFn = unsafe extern "C" fn();
@@ -142,9 +142,9 @@ impl Session {
         // Probes in libraries the program unloaded meanwhile have no code to restore (a runtime
         // loaded late does not see dlclose happen).
         registry::drop_unmapped();
+        let owned = self.owned();
         with_options(self.spec.options, || {
             deferred::batch(|| {
-                let before = self.owned().len();
                 for l in self.libraries.iter_mut().rev() {
                     if let Some(exit) = l.exit.take() {
                         // SAFETY: the library's documented exit point; it is still loaded.
@@ -152,9 +152,13 @@ impl Session {
                     }
                 }
                 registry::unregister_all(&self.owned());
-                before
             })
-        })
+        });
+        // Unregistered, and a grace period passed: their fault messages are not needed.
+        for c in &owned {
+            owners::forget(c.key());
+        }
+        owned.len()
     }
 
     /// Ends the session: [`Session::exit`], then unloads the libraries where that is safe.
