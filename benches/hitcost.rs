@@ -10,12 +10,13 @@
 //!   HITCOST_NO_BUILD=1  measure target/release/uprobe-run and libuprobe.so as they are,
 //!                 without running `cargo build --release` first
 //!   HITCOST_ONLY  comma-separated engines to run (sigtrap, int3, jump, kernel, ptrace-ool,
-//!                 ptrace, ptrace-xcpu), `startup` and/or `trace` (an event with a register
-//!                 and a string fetcharg: uprobe-run -e against the kernel's trace event);
-//!                 the baseline rows always run
+//!                 ptrace, ptrace-xcpu), `startup`, `attach` and/or `trace` (an event with a
+//!                 register and a string fetcharg: uprobe-run -e against the kernel's trace
+//!                 event); the baseline rows always run
 
 use std::fs;
 use std::str::FromStr;
+use uprobe_bench::attach::{self, AttachRow};
 use uprobe_bench::elf;
 use uprobe_bench::engines::kernel::KernelProbes;
 use uprobe_bench::engines::uprobe_run::UprobeRun;
@@ -320,6 +321,31 @@ fn print_trace(rows: &[(String, Result<f64, String>)], runs: usize, def: &str) {
     }
 }
 
+/// The attach rows: 1, 100 and every libc function entry (and the last with int3 only).
+fn plan_attach(engines: &Engines) -> Vec<AttachRow> {
+    let int3_too = engines.uprobe_run.as_ref().is_ok_and(|u| u.no_optimize);
+    let mut rows = Vec::new();
+    for n in [1, 100] {
+        let label = format!("{n} probe{}", if n == 1 { "" } else { "s" });
+        rows.push(AttachRow::new(label, vec![("probes", n.to_string())], false));
+    }
+    match libc_probe_file(engines) {
+        Ok((path, count)) => {
+            let label = format!("libc.so.6: {count} probes");
+            if int3_too {
+                rows.push(AttachRow::new(format!("{label}, --no-optimize"), vec![("probe_file", path.clone())], true));
+            }
+            rows.push(AttachRow::new(label, vec![("probe_file", path)], false));
+        }
+        Err(e) => {
+            let mut row = AttachRow::new("libc.so.6: every function".into(), vec![], false);
+            row.failure = Some(Failure::Unavailable(e));
+            rows.push(row);
+        }
+    }
+    rows
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench targets without it,
     // and a test run is no place for minutes of measurements.
@@ -349,9 +375,14 @@ fn main() {
     measure(&engines, &mut rows, &settings);
     let startup = if settings.wanted("startup") { measure_startup(&engines, &settings) } else { Vec::new() };
     let trace_rows = if settings.wanted("trace") { measure_trace(&engines, &settings) } else { Vec::new() };
+    let mut attach = Vec::new();
+    if settings.wanted("attach") {
+        attach = plan_attach(&engines);
+        attach::measure(&engines.uprobe_run, &engines.fixture, &mut attach, settings.runs, &engines.scratch);
+    }
 
     let report_fixture = engines.fixture.clone();
-    let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup };
+    let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup, attach };
     print!("{}", report.table());
     if !trace_rows.is_empty() {
         let def = uprobe_bench::engines::trace::definition(&report_fixture).unwrap_or_default();

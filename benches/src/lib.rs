@@ -3,6 +3,7 @@
 //!
 //! The bench entry point (`benches/hitcost.rs`) plans the rows, runs them and reports.
 //! Module map:
+//! - [`attach`]: attach and detach times and pauses of `uprobe-run --pid`;
 //! - [`fixture`]: building the C fixture and handler library with gcc, and where things live;
 //! - [`elf`]: symbol addresses and file offsets read from ELF files (pure);
 //! - [`decode`]: the tiny x86-64 decoder the out-of-line ptrace engine relocates with (pure);
@@ -14,6 +15,7 @@
 //!   perf_event_open, CPU affinity); everything else is safe code.
 #![deny(unsafe_code)]
 
+pub mod attach;
 pub mod decode;
 pub mod elf;
 pub mod engines;

@@ -1,6 +1,7 @@
 //! The results: derived figures (cost over the baseline, rate, ratio to uprobe-run's int3
 //! row), the table on stdout, `hitcost.json` and the `hitcost.svg` bar chart.
 
+use crate::attach::{self, AttachRow};
 use crate::engines::uprobe_run::{errno_name, HandlerReport, RuntimeStats};
 use crate::engines::{Engine, Failure, Kind};
 use crate::json::Json;
@@ -108,6 +109,8 @@ pub struct Report {
     pub target_ms: f64,
     pub rows: Vec<HitRow>,
     pub startup: Vec<StartupRow>,
+    /// Attach and detach rows (see `attach`).
+    pub attach: Vec<AttachRow>,
 }
 
 fn median_u64(v: &[u64]) -> Option<u64> {
@@ -392,6 +395,7 @@ impl Report {
                 let _ = writeln!(t);
             }
         }
+        t.push_str(&attach::table(&self.attach, self.runs));
         let memory = self.memory();
         if !memory.is_empty() {
             let _ = writeln!(t, "\nResident memory at exit (VmRSS):");
@@ -500,6 +504,7 @@ impl Report {
             ("int3_vs_sigtrap", Json::Arr(sigtrap)),
             ("scaling", Json::Arr(scaling)),
             ("startup", Json::Arr(startup)),
+            ("attach", attach::to_json(&self.attach)),
             ("memory", Json::Arr(memory)),
         ])
     }
@@ -801,6 +806,7 @@ mod tests {
                 unavailable,
             ],
             startup: vec![],
+            attach: vec![],
         }
     }
 

@@ -48,6 +48,12 @@ impl Child {
     }
 }
 
+/// Sends `signal` to process `pid`.
+pub fn signal(pid: Pid, signal: i32) -> io::Result<()> {
+    // SAFETY: kill(2) takes plain integers.
+    cvt(unsafe { libc::kill(pid, signal) } as libc::c_long).map(drop)
+}
+
 /// How a waited-for child changed state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

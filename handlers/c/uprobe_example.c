@@ -9,14 +9,21 @@
  *   $ nm myprog | grep myfunc
  *   0000000000401136 T myfunc
  *   $ uprobe-run --handlers target/release/uprobe_example.so \
- *         --param vaddr=0x401136 --param verbose=1 ./myprog
+ *         --param vaddr=0x401136 ./myprog
+ *
+ * or, as with insmod on a program already running, attached to it and detached with Ctrl-C:
+ *
+ *   $ ./myprog &
+ *   $ uprobe-run --pid $! --handlers target/release/uprobe_example.so \
+ *         --param vaddr=0x401136 --param pid=$!
  *
  * Parameters:
  *   vaddr=ADDRESS  run-time address of the probed instruction. Hexadecimal with a 0x prefix,
  *                  or as nm prints it (zero-padded or containing a-f digits); a plain number
  *                  without leading zero and without a-f is decimal.
  *   symbol=NAME    probe NAME ("sym" or "module:sym") instead of an address.
- *   verbose=N      nonzero: report every hit.
+ *   pid=PID        the probed process (struct uprobe.pid): 0 or its own pid; default: its own.
+ *   verbose=N      0: only the total at the end; nonzero (the default): report every hit.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +33,7 @@
 
 static struct uprobe usp;
 static int nhits;
-static int verbose;
+static int verbose = 1;
 static int registered;
 
 /* Signal context: async-signal-safe calls only. */
@@ -63,12 +70,13 @@ int uprobe_init(void)
 	const char *vaddr_param = uprobe_param("vaddr");
 	const char *symbol = uprobe_param("symbol");
 	const char *verbose_param = uprobe_param("verbose");
+	const char *pid_param = uprobe_param("pid");
 	int ret;
 
 	if (verbose_param != NULL)
 		verbose = atoi(verbose_param) != 0;
 
-	usp.pid = getpid();
+	usp.pid = pid_param != NULL ? atoi(pid_param) : getpid();
 	usp.handler = uprobe_handler;
 
 	if (symbol != NULL && *symbol != '\0') {

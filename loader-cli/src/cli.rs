@@ -12,11 +12,17 @@ use std::path::PathBuf;
 #[command(
     name = "uprobe-run",
     disable_version_flag = true,
-    override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]",
+    override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]\n       uprobe-run [OPTIONS] -p|--pid PID",
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
 uprobe-run's. Refusals (static or setuid program, missing library, bad config) print one line
 and exit with status 2 before the program starts.
+
+With --pid, uprobe-run attaches to the running process PID instead: it loads the runtime
+into it (if it is not there), runs the handlers' uprobe_init there and stays in the
+foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
+exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
+0 after a detach, 127 if a uprobe_init failed, 2 for a refusal (nothing was changed).
 
 Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
@@ -118,6 +124,13 @@ pub struct Cli {
     /// Print the version and the runtime library uprobe-run preloads, then exit.
     #[arg(short = 'V', long)]
     pub version: bool,
+    /// Attach to the running process PID instead of starting a program; Ctrl-C detaches.
+    #[arg(short = 'p', long, value_name = "PID")]
+    pub pid: Option<i32>,
+
+    /// With --pid: detach after SECONDS (a decimal number).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
@@ -268,6 +281,14 @@ mod tests {
         let cli = parse(&["-l", "str*", "--", "./t"]).unwrap();
         assert!(cli.list);
         assert_eq!(cli.command, ["str*", "--", "./t"]);
+    }
+
+    #[test]
+    fn attach_options() {
+        let cli = parse(&["-p", "42", "--handlers", "h.so", "--duration", "1.5"]).unwrap();
+        assert_eq!((cli.pid, cli.duration), (Some(42), Some(1.5)));
+        assert!(cli.command.is_empty());
+        assert_eq!(parse(&["--pid", "7"]).unwrap().pid, Some(7));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Every reason uprobe-run refuses to start a program. Display is the one line printed after
 //! `uprobe-run: `; each names the file or argument at fault.
 
+use crate::attach::AttachError;
 use crate::config::ConfigError;
 use crate::elf::ElfProblem;
 use std::io;
@@ -93,6 +94,16 @@ pub enum Error {
         .0.display()
     )]
     NoEntryPoints(PathBuf),
+    #[error("{0}")]
+    Attach(#[from] AttachError),
+    #[error("--pid attaches to a running process: give no PROGRAM with it (see uprobe-run --help)")]
+    PidAndProgram,
+    #[error("{0} applies to a program uprobe-run starts, not with --pid (see uprobe-run --help)")]
+    NotWithPid(&'static str),
+    #[error("--duration ends an attach session: give it with --pid (see uprobe-run --help)")]
+    DurationWithoutPid,
+    #[error("--duration {0}: not a number of seconds >= 0")]
+    BadDuration(f64),
 }
 
 /// Control characters escaped, so that a refusal stays on one line.

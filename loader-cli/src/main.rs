@@ -1,7 +1,9 @@
 //! `uprobe-run`: checks the program, the handler libraries and the runtime, then replaces
-//! itself with the program, the runtime preloaded.
+//! itself with the program, the runtime preloaded; or, with `--pid`, attaches to a running
+//! process (see `attach`).
 #![deny(unsafe_code)]
 
+mod attach;
 mod check;
 mod cli;
 mod config;
@@ -75,6 +77,29 @@ fn run() -> Result<Infallible, Error> {
     handlers.extend(cli.handlers);
     params.extend(cli.params);
     let output = cli.output.or(output);
+
+    if let Some(pid) = cli.pid {
+        for (given, option) in [
+            (!cli.events.is_empty(), "-e"),
+            (!cli.event_files.is_empty(), "--events"),
+            (cli.list, "--list"),
+            (cli.format.is_some(), "--format"),
+            (cli.buffer_size.is_some(), "--buffer-size"),
+        ] {
+            if given {
+                return Err(Error::NotWithPid(option));
+            }
+        }
+        let duration = match cli.duration {
+            Some(d) if !(d >= 0.0 && d.is_finite()) => return Err(Error::BadDuration(d)),
+            d => d.map(std::time::Duration::from_secs_f64),
+        };
+        let status = attach_to(pid, &cli.command, &handlers, params, output, options, duration)?;
+        std::process::exit(status);
+    }
+    if cli.duration.is_some() {
+        return Err(Error::DurationWithoutPid);
+    }
 
     let mut extra: Vec<(&str, OsString)> = Vec::new();
     for def in &cli.events {
@@ -181,6 +206,49 @@ fn list_arguments(words: &[OsString]) -> Result<(Option<String>, Vec<OsString>),
             Ok((Some(pattern.to_owned()), rest))
         }
     }
+}
+
+/// `--pid`: checks what only a launch can use, the runtime and the libraries, then attaches;
+/// returns uprobe-run's exit status.
+fn attach_to(
+    pid: i32,
+    command: &[std::ffi::OsString],
+    handlers: &[PathBuf],
+    params: Vec<String>,
+    output: Option<PathBuf>,
+    options: Vec<String>,
+    duration: Option<std::time::Duration>,
+) -> Result<i32, Error> {
+    if !command.is_empty() {
+        return Err(Error::PidAndProgram);
+    }
+    for (name, flag) in [("follow-exec", "--follow-exec"), ("no-follow-fork", "--no-follow-fork")] {
+        if options.iter().any(|o| o == name) {
+            return Err(Error::NotWithPid(flag));
+        }
+    }
+    let (runtime, _) = runtime::locate_for(Some(pid))?;
+    check::library(&runtime).map_err(|e| match e {
+        Error::NoSuchFile(path) => Error::NoRuntime(path),
+        other => other,
+    })?;
+    let mut handler_paths = Vec::with_capacity(handlers.len());
+    for handler in handlers {
+        check::handler_library(handler)?;
+        handler_paths.push(spec_path(handler)?);
+    }
+    let verbose = options.iter().any(|o| o == "verbose");
+    let request = attach::Request {
+        pid,
+        runtime: absolute(&runtime)?,
+        handlers: handler_paths,
+        params,
+        output,
+        options,
+        duration,
+        verbose,
+    };
+    Ok(attach::run(request)?)
 }
 
 fn load_config(path: &Path) -> Result<config::Config, Error> {

@@ -39,6 +39,12 @@ impl Origin {
 
 /// The runtime library to preload, and where it comes from.
 pub fn locate() -> Result<(PathBuf, Origin), Error> {
+    locate_for(None)
+}
+
+/// The runtime library for the program, or for the running process `pid` to load (attach):
+/// a process of another user gets the carried copy from a place it may read.
+pub fn locate_for(pid: Option<i32>) -> Result<(PathBuf, Origin), Error> {
     if let Some(lib) = std::env::var_os("UPROBE_LIB").filter(|v| !v.is_empty()) {
         return Ok((lib.into(), Origin::Environment));
     }
@@ -47,16 +53,21 @@ pub fn locate() -> Result<(PathBuf, Origin), Error> {
     if beside.is_file() {
         return Ok((beside, Origin::Beside));
     }
-    extract().map(|path| (path, Origin::Embedded))
+    let other_user =
+        pid.and_then(|pid| fs::metadata(format!("/proc/{pid}")).ok()).is_some_and(|m| m.uid() != crate::sys::uid());
+    extract(other_user).map(|path| (path, Origin::Embedded))
 }
 
-/// The cache directories tried, in order: `$XDG_CACHE_HOME` or `~/.cache`, then a private
-/// directory in /tmp.
-fn cache_dirs() -> Vec<PathBuf> {
+/// The cache directories tried, in order: `$XDG_CACHE_HOME` or `~/.cache`, then a directory
+/// of this user's in /tmp (the only one, for a process of another user to load from: home
+/// directories are often closed to others).
+fn cache_dirs(other_user: bool) -> Vec<PathBuf> {
     let env_dir = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
     let mut dirs = Vec::new();
     match env_dir("XDG_CACHE_HOME") {
+        Some(_) if other_user => {}
         Some(dir) => dirs.push(dir),
+        None if other_user => {}
         None => dirs.extend(env_dir("HOME").map(|home| home.join(".cache"))),
     }
     dirs.push(std::env::temp_dir().join(format!("uprobe-run-{}", crate::sys::uid())));
@@ -65,10 +76,10 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// Writes the embedded runtime to `<cache>/uprobe-run/<version>-<hash>/libuprobe.so`, unless
 /// it is there already with the same bytes.
-fn extract() -> Result<PathBuf, Error> {
+fn extract(other_user: bool) -> Result<PathBuf, Error> {
     let leaf = Path::new("uprobe-run").join(format!("{}-{HASH}", env!("CARGO_PKG_VERSION"))).join("libuprobe.so");
     let mut first_error = None;
-    for dir in cache_dirs() {
+    for dir in cache_dirs(other_user) {
         let path = dir.join(&leaf);
         // LD_PRELOAD splits on ':' and blanks.
         if path.as_os_str().as_bytes().iter().any(|&b| b == b':' || b.is_ascii_whitespace()) {
@@ -109,10 +120,11 @@ fn write_once(base: &Path, path: &Path) -> io::Result<()> {
     renamed
 }
 
-/// A directory in a shared place (/tmp) that only this user can write: created 0700, or
-/// found as a real directory owned by this user and closed to others.
+/// A directory in a shared place (/tmp) that only this user can write: created 0711 (others
+/// may open a file in it they know the name of, not list or change it), or found as a real
+/// directory owned by this user and closed to others' writes.
 fn private_dir(dir: &Path) -> io::Result<()> {
-    match DirBuilder::new().mode(0o700).create(dir) {
+    match DirBuilder::new().mode(0o711).create(dir) {
         Ok(()) => return Ok(()),
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
         Err(_) => {}

@@ -9,8 +9,9 @@
 //! single-steps.
 //!
 //! The crate is layered; each folder imports only from the ones listed after it:
-//! - [`api`]: the face: the exported C API, handler libraries, start-up;
+//! - [`api`]: the face: the exported C API, handler libraries, start-up, the attach entry;
 //! - [`trace`]: events from `uprobe_events` definitions, their records and the stream;
+//! - [`attach`]: attach sessions in a running process: the agent thread and its session;
 //! - [`hazard`]: the process around us: signals, fork, dlopen, descriptors, unwinders;
 //! - [`probe`]: the probe core: table, placement batches, hit dispatch, return probes;
 //! - [`insn`]: instruction work: decoding, emulation, jumps and stubs, the patch protocol;
@@ -18,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod attach;
 pub mod base;
 pub mod hazard;
 pub mod insn;

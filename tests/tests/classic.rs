@@ -39,8 +39,15 @@ fn verbose_example_reports_every_hit() {
 fn quiet_example_counts_hits_by_symbol() {
     let prog = myprog();
     let example = artefact("uprobe_example.so");
-    let run =
-        run_uprobe(&["--handlers", example.to_str().unwrap(), "--param", "symbol=myfunc", prog.to_str().unwrap()]);
+    let run = run_uprobe(&[
+        "--handlers",
+        example.to_str().unwrap(),
+        "--param",
+        "symbol=myfunc",
+        "--param",
+        "verbose=0",
+        prog.to_str().unwrap(),
+    ]);
     assert!(run.status.success());
     assert_eq!(run.stdout, PROGRAM_OUTPUT);
     let lines: Vec<&str> = run.output.lines().collect();

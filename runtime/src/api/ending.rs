@@ -1,5 +1,6 @@
 //! The end of a run, whichever way the process ends (`hazard::endings` calls [`finish`]):
 //! once per process, in this order:
+//! 0. an attach session's own report, to its session (`attach::agent::process_ends`);
 //! 1. probe sites whose code something else changed, and probes whose module never loaded
 //!    (before the handlers' exits, which may unregister them);
 //! 2. the program's stdio, for `exit` only (`_exit` and a fatal signal do not flush it, as
@@ -20,6 +21,7 @@
 use core::sync::atomic::{AtomicI32, Ordering};
 
 use crate::api::handlers;
+use crate::attach;
 use crate::base::{output, stats, sys};
 use crate::hazard::endings::Ending;
 use crate::probe::{lifecycle, report};
@@ -48,6 +50,8 @@ pub fn finish(how: Ending) {
         return;
     }
     STARTED_TID.store(tid, Ordering::SeqCst);
+    // An attach session's libraries report to their session first.
+    attach::agent::process_ends();
     report::report_changed_sites();
     lifecycle::report_pending();
     if how == Ending::Exit {

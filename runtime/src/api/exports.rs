@@ -4,15 +4,14 @@
 //! Context: normal, or a handler (signal or stub context) for the registration calls.
 
 use core::ffi::{c_char, c_int, c_ulong, CStr};
-use std::ffi::CString;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::base::abi::{Uprobe, Uretprobe};
-use crate::base::output;
+use crate::base::{output, params};
 use crate::probe::deferred::{self, Request};
 use crate::probe::registry;
 use crate::probe::retprobe;
 use crate::probe::table::Consumer;
+use crate::probe::thread;
 
 /// `int register_uprobe(struct uprobe *u)`.
 ///
@@ -70,30 +69,25 @@ pub unsafe extern "C" fn unregister_uretprobe(rp: *mut Uretprobe) {
     }
 }
 
-/// The `--param` values, as C strings, set once before any handler library is loaded.
-static PARAMS: AtomicPtr<Vec<(CString, CString)>> = AtomicPtr::new(core::ptr::null_mut());
-
+/// The process's `--param` values, set once before any handler library is loaded.
 pub fn set_params(params: &[(String, String)]) {
-    let list: Vec<(CString, CString)> = params
-        .iter()
-        .filter_map(|(n, v)| Some((CString::new(n.as_str()).ok()?, CString::new(v.as_str()).ok()?)))
-        .collect();
-    PARAMS.store(Box::into_raw(Box::new(list)), Ordering::Release);
+    params::set_process(params);
 }
 
-/// `const char *uprobe_param(const char *name)`.
+/// `const char *uprobe_param(const char *name)`: the process's parameters, or, for an attach
+/// session's libraries, the session's (see `base::params`).
 ///
 /// # Safety
 /// `name` must be null or a C string.
 #[no_mangle]
 pub unsafe extern "C" fn uprobe_param(name: *const c_char) -> *const c_char {
-    let params = PARAMS.load(Ordering::Acquire);
-    if name.is_null() || params.is_null() {
+    if name.is_null() {
         return core::ptr::null();
     }
-    // SAFETY: `name` is a C string (caller); the list is leaked, never freed or changed.
-    let (name, params) = unsafe { (CStr::from_ptr(name), &*params) };
-    params.iter().find(|(n, _)| n.as_c_str() == name).map_or(core::ptr::null(), |(_, v)| v.as_ptr())
+    // A handler of an attach session's library reads the session's parameters.
+    let code = thread::current().code.get();
+    // SAFETY: `name` is a C string (caller).
+    params::lookup(unsafe { CStr::from_ptr(name) }, code)
 }
 
 /// `unsigned long uprobe_lookup(const char *spec)`.

@@ -1,13 +1,15 @@
-//! Start-up: runs from `.init_array`, before the program's own constructors and `main`.
+//! Start-up: runs from `.init_array`, before the program's own constructors and `main`; or,
+//! for a runtime loaded into a running process, when the first attach session starts.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::api::{ending, exports, handlers};
+use crate::base::lock::Mutex;
 use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
 use crate::hazard::{dl, endings, environ, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
-use crate::probe::{deferred, dispatch, extent, place, rcu, registry};
+use crate::probe::{deferred, dispatch, extent, place, rcu, registry, thread};
 use crate::trace;
 use crate::trace::drain::Format;
 use crate::trace::setup::{self, Settings};
@@ -77,6 +79,54 @@ extern "C" fn init() {
     }
     output::init(spec.output.as_deref()).unwrap_or_else(|e| fail(&e));
     fds::init();
+    {
+        let _once = SETUP.lock();
+        setup(&spec, true).unwrap_or_else(|e| fail(&e));
+        STARTED.store(AT_START, Ordering::SeqCst);
+    }
+    endings::init(ending::finish);
+    // SAFETY: at_exit is an extern "C" fn() that stays loaded until the process ends.
+    unsafe { libc::atexit(endings::at_exit) };
+    start(&spec);
+}
+
+/// How the runtime came to be set up in this process.
+const NOT_YET: u8 = 0;
+const AT_START: u8 = 1;
+const BY_ATTACH: u8 = 2;
+static STARTED: AtomicU8 = AtomicU8::new(NOT_YET);
+/// Held while the runtime is set up (two attaches may race for it).
+static SETUP: Mutex<()> = Mutex::new(());
+
+/// Sets the runtime up for an attach session, if it is not yet (it was then loaded into the
+/// running process, or preloaded inert); returns whether it was set up when the process
+/// started (by `uprobe-run`), or why it cannot be.
+pub fn for_attach() -> Result<bool, String> {
+    let _once = SETUP.lock();
+    match STARTED.load(Ordering::SeqCst) {
+        AT_START => Ok(true),
+        BY_ATTACH => Ok(false),
+        _ => {
+            // Loaded late, the runtime's thread-local storage is allocated on each thread's
+            // first access, with malloc: the hit paths keep their state elsewhere (see
+            // `probe::thread`), and the output has no per-thread line buffer. The output is
+            // the session's, once it is known.
+            thread::use_pool();
+            output::set_unbuffered();
+            output::set_socket(-1);
+            sys::init_errno();
+            setup(&Spec::default(), false)?;
+            STARTED.store(BY_ATTACH, Ordering::SeqCst);
+            Ok(false)
+        }
+    }
+}
+
+/// Everything the runtime needs before it can place a probe, with `spec`'s options.
+/// `preloaded`: the runtime started with the program, and its interposers stand between the
+/// program and libc; loaded later by attach, it takes over no more of the program's signals
+/// than probes need (SIGTRAP, and the faults a handler may cause).
+fn setup(spec: &Spec, preloaded: bool) -> Result<(), String> {
     exports::set_params(&spec.params);
     place::OPTIMIZE.store(!spec.options.no_optimize, Ordering::Relaxed);
     place::JUMP_ENTRY.store(dispatch::jump_common_entry(), Ordering::Relaxed);
@@ -89,15 +139,18 @@ extern "C" fn init() {
     patch::init();
     rcu::init_readers();
     fork::init(spec.options.no_follow_fork);
-    signals::init();
+    signals::init(preloaded);
     dl::init();
     spawn::init();
     if let Err(errno) = sigtrap::install() {
-        fail(&format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
+        return Err(format!("cannot install the SIGTRAP handler: {}", std::io::Error::from_raw_os_error(errno)));
     }
-    endings::init(ending::finish);
-    // SAFETY: at_exit is an extern "C" fn() that stays loaded until the process ends.
-    unsafe { libc::atexit(endings::at_exit) };
+    Ok(())
+}
+
+/// What a run started by `uprobe-run` asks for: `--list`, the event definitions, the handler
+/// libraries.
+fn start(spec: &Spec) {
     if !spec.handlers.is_empty() && registry::main_is_go() {
         output::message(format_args!(
             "{} is a Go program: return probes are not available in it (Go moves goroutine stacks and walks return addresses); entry probes work",

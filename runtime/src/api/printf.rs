@@ -10,6 +10,7 @@
 use core::ffi::{c_char, c_int, CStr};
 
 use crate::base::output;
+use crate::probe::thread;
 
 /// Where the formatter takes its arguments from, in order.
 pub trait Args {
@@ -292,8 +293,8 @@ impl Args for VaArgs {
     }
 }
 
-/// The body of `uprobe_printf` (signal-safe).
-extern "C" fn printf_body(fmt: *const c_char, regs: *const u64, stack: *const u64) -> c_int {
+/// The body of `uprobe_printf` (signal-safe); `caller` is its return address.
+extern "C" fn printf_body(fmt: *const c_char, regs: *const u64, stack: *const u64, caller: usize) -> c_int {
     if fmt.is_null() {
         return -1;
     }
@@ -301,7 +302,10 @@ extern "C" fn printf_body(fmt: *const c_char, regs: *const u64, stack: *const u6
     let mut args = VaArgs { regs, stack, next: 0 };
     // SAFETY: fmt is a C string (printf's contract), as are its %s arguments.
     unsafe { format(&mut out, CStr::from_ptr(fmt).to_bytes(), &mut args) };
-    output::emit(out.as_bytes());
+    // The running handler says whose output this is; a call from elsewhere (an entry point
+    // of a handler library) is known by its caller.
+    let code = thread::current().code.get();
+    output::emit_from(if code != 0 { code } else { caller }, out.as_bytes());
     out.wanted() as c_int
 }
 
@@ -323,6 +327,7 @@ pub unsafe extern "C" fn uprobe_printf() -> c_int {
         "mov [rsp + 32], r9",
         "mov rsi, rsp",
         "lea rdx, [rbp + 16]",
+        "mov rcx, [rbp + 8]",
         "call {body}",
         "leave",
         "ret",

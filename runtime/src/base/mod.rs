@@ -3,12 +3,14 @@
 //! - [`sys`]: every system call the runtime makes, raw and counted; [`lock`]: its mutex;
 //! - [`alloc`]: the runtime's own allocator, usable in signal context;
 //! - [`memfns`]: `memcpy` and friends for the runtime's own code, so it never calls libc's;
-//! - [`output`]: the run's output (whole lines, one `write` each);
+//! - [`output`]: the run's output (whole lines, one `write` each); [`route`]: attach
+//!   sessions' own outputs;
 //! - [`maps`], [`elf`]: the address space and ELF symbol tables (parsing is pure);
-//! - [`spec`]: what `uprobe-run` passes in the environment; [`abi`]: the `repr(C)` types of
-//!   `include/uprobe.h`;
+//! - [`spec`]: what `uprobe-run` passes in the environment; [`params`]: the `--param` values;
+//!   [`abi`]: the `repr(C)` types of `include/uprobe.h`;
 //! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters;
-//! - [`usercopy`]: reads of memory that may not be there (fetchargs through bad pointers).
+//! - [`usercopy`]: reads of memory that may not be there (fetchargs through bad pointers);
+//! - [`socket`]: unix sockets, poll and eventfd, for attach sessions.
 //!
 //! Context: each function says whether it is signal-safe; parsing code is pure.
 
@@ -24,6 +26,11 @@ pub mod maps;
 pub mod memfns;
 #[allow(unsafe_code)]
 pub mod output;
+#[allow(unsafe_code)]
+pub mod params;
+pub mod route;
+#[allow(unsafe_code)]
+pub mod socket;
 pub mod spec;
 pub mod stats;
 #[allow(unsafe_code)]

@@ -1,14 +1,21 @@
-//! The run's output: stderr as it was at start-up, or the `-o` file.
+//! The run's output: stderr as it was at start-up, or the `-o` file; while attach sessions
+//! run, their own descriptors too (see `route`).
 //!
 //! Signal-safe: whole lines are written with one `write(2)` each from a per-thread line
 //! buffer, so lines of different threads and processes never interleave mid-line.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-use crate::base::sys;
+use crate::base::{route, socket, sys};
 
 static FD: AtomicI32 = AtomicI32::new(2);
+/// The output is a socket (an attach session's): written with `send`, which raises no
+/// SIGPIPE in the program when the other end is gone.
+static SOCKET: AtomicBool = AtomicBool::new(false);
+/// No per-thread line buffer (a runtime loaded into a running process, whose thread-local
+/// storage cannot be reached from the hit paths): each call writes what it is given.
+static UNBUFFERED: AtomicBool = AtomicBool::new(false);
 const LINE_MAX: usize = 4096;
 /// The lowest descriptor number the runtime's output takes, out of the way of programs that
 /// expect the next open() to return a small number.
@@ -48,6 +55,17 @@ pub fn set_fd(fd: i32) {
     FD.store(fd, Ordering::Relaxed);
 }
 
+/// Uses the socket `fd` (or nothing, with -1) as the output (attach).
+pub fn set_socket(fd: i32) {
+    SOCKET.store(true, Ordering::Relaxed);
+    FD.store(fd, Ordering::Relaxed);
+}
+
+/// Writes every call's bytes at once, without a per-thread line buffer (attach).
+pub fn set_unbuffered() {
+    UNBUFFERED.store(true, Ordering::Relaxed);
+}
+
 /// The output's descriptor (signal-safe).
 pub fn fd() -> i32 {
     FD.load(Ordering::Relaxed)
@@ -60,13 +78,29 @@ pub fn move_fd() {
     }
 }
 
-fn write_out(bytes: &[u8]) {
+/// Writes to the descriptor routed for code at `caller`, or to the run's output.
+fn write_out(caller: usize, bytes: &[u8]) {
     // Output that cannot be written is dropped: the program must go on.
-    let _ = sys::write_all(FD.load(Ordering::Relaxed), bytes);
+    let _ = match route::fd_for(caller) {
+        Some(fd) => socket::send_nosignal(fd, bytes).map(drop),
+        None if SOCKET.load(Ordering::Relaxed) => socket::send_nosignal(FD.load(Ordering::Relaxed), bytes).map(drop),
+        None => sys::write_all(FD.load(Ordering::Relaxed), bytes),
+    };
 }
 
 /// Appends `bytes` to this thread's line and writes every completed line (signal-safe).
 pub fn emit(bytes: &[u8]) {
+    emit_from(0, bytes);
+}
+
+/// [`emit`] for code at address `caller` (`uprobe_printf`'s caller): where a session routes
+/// that code's output, it goes there (signal-safe).
+pub fn emit_from(caller: usize, bytes: &[u8]) {
+    let write_out = |bytes: &[u8]| write_out(caller, bytes);
+    if UNBUFFERED.load(Ordering::Relaxed) {
+        write_out(bytes);
+        return;
+    }
     PENDING.with(|cell| {
         let Ok(mut line) = cell.try_borrow_mut() else {
             // Re-entered on this thread (a signal interrupted an emit): write straight through.
@@ -92,6 +126,10 @@ pub fn emit(bytes: &[u8]) {
 
 /// Writes this thread's unfinished line, if any.
 pub fn flush() {
+    if UNBUFFERED.load(Ordering::Relaxed) {
+        return;
+    }
+    let write_out = |bytes: &[u8]| write_out(0, bytes);
     PENDING.with(|cell| {
         if let Ok(mut line) = cell.try_borrow_mut() {
             let len = line.len;

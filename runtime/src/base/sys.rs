@@ -56,7 +56,7 @@ unsafe fn raw(nr: libc::c_long, args: [usize; 6]) -> isize {
 ///
 /// # Safety
 /// As [`raw`].
-unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
+pub(super) unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
     stats::count_syscall(kind);
     // SAFETY: the caller's promise, passed on.
     let ret = unsafe { raw(nr, args) };
@@ -466,6 +466,20 @@ pub fn monotonic_ns() -> u64 {
         )
     };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Blocks the signals of `mask` (bit n-1 for signal n) on the calling thread; returns the
+/// mask it had.
+pub fn block_signals(mask: u64) -> u64 {
+    sigmask(libc::SIG_BLOCK, mask)
+}
+
+fn sigmask(how: i32, mask: u64) -> u64 {
+    let mut old: u64 = 0;
+    let args = [how as usize, &mask as *const u64 as usize, &mut old as *mut u64 as usize, 8, 0, 0];
+    // SAFETY: rt_sigprocmask reads and writes one 8-byte set each, both live locals.
+    let _ = unsafe { call(Call::Other, libc::SYS_rt_sigprocmask, args) };
+    old
 }
 
 /// The value of the auxiliary vector entry `kind` (`AT_*`), from /proc/self/auxv.

@@ -51,6 +51,7 @@ extern "C" fn child() {
         // never end here: forget them, or the child's first unregister would wait for them
         // forever. (A fork from inside a handler keeps its own section, which is still open.)
         if !thread::in_handler() {
+            thread::pool_after_fork();
             rcu::readers_after_fork();
         }
         lifecycle::fork_child(disarm);

@@ -46,7 +46,9 @@ pub fn init() {
 
 /// Whether the program believes SIGTRAP blocked on the calling thread (signal-safe).
 pub fn trap_blocked() -> bool {
-    TRAP_BLOCKED.with(Cell::get)
+    // A runtime loaded by attach interposes nothing, and its thread-local storage is out of
+    // reach in signal context (see `probe::thread`): the program's masks are its own.
+    !crate::probe::thread::pooled_states() && TRAP_BLOCKED.with(Cell::get)
 }
 
 /// Holds a SIGTRAP the program sent while it believes it blocked (signal-safe).

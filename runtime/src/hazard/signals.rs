@@ -121,12 +121,19 @@ fn install(sig: c_int) -> c_int {
 
 /// Start-up: records the actions the process inherited (a SIG_IGN from the parent stays),
 /// installs the runtime's handlers and starts interposing. Runs before the SIGTRAP handler
-/// is installed.
-pub fn init() {
+/// is installed. `endings`: also stand in for the default action of the fatal signals, to
+/// report before the process dies of one.
+pub fn init(endings: bool) {
     sigset::init();
     masks::init();
     for sig in 1..=64 {
         let Some(role) = role(sig) else { continue };
+        // Loaded into a running process (attach), nothing is interposed: a handler for a
+        // fatal signal would show through the program's own sigaction calls, and the
+        // session's report has its own ending (see `attach`).
+        if role == Role::Fatal && !endings {
+            continue;
+        }
         // SAFETY: a zeroed sigaction is valid output space.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
         if real_sigaction(sig, None, Some(&mut old)) == 0 {

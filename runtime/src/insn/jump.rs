@@ -55,6 +55,10 @@ pub enum NoJump {
     ProbeInside {
         at: u64,
     },
+    /// A thread held stopped (attach) would resume inside the bytes the jump would overwrite.
+    ThreadInside {
+        at: u64,
+    },
     Stub(String),
 }
 
@@ -75,6 +79,7 @@ impl fmt::Display for NoJump {
             NoJump::Unrelocatable { at, why } => write!(f, "instruction at {at:#x} cannot be relocated: {why}"),
             NoJump::TooShort { len } => write!(f, "function of {len} bytes with no free padding after it"),
             NoJump::ProbeInside { at } => write!(f, "another probe at {at:#x} lies in the patched bytes"),
+            NoJump::ThreadInside { at } => write!(f, "a stopped thread resumes at {at:#x}, in the patched bytes"),
             NoJump::Stub(why) => write!(f, "stub: {why}"),
         }
     }

@@ -7,11 +7,11 @@
 //! Context: normal, or the end of a hit (signal or stub context) for queued requests.
 
 use core::ffi::c_int;
-use std::cell::Cell;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::ffi::CStr;
 
 use crate::base::abi::{Uprobe, UPTY_UPROBE, UPTY_URETPROBE};
-use crate::base::{disable, output};
+use crate::base::{disable, output, sys};
 use crate::probe::error::RegisterError;
 use crate::probe::table::Consumer;
 use crate::probe::{owners, registry, thread};
@@ -22,11 +22,29 @@ pub enum Request {
     Unregister(Consumer),
 }
 
-const QUEUE_LEN: usize = 32;
+impl Request {
+    /// The two words a request is queued as in `ThreadState::requests` ([0, _]: none).
+    fn encode(self) -> [usize; 2] {
+        match self {
+            Request::Register(c) => [1 + c.is_return() as usize, c.key()],
+            Request::Unregister(c) => [3 + c.is_return() as usize, c.key()],
+        }
+    }
 
-thread_local! {
-    /// Requests queued by handlers on this thread; `ThreadState::queued` counts them.
-    static QUEUE: [Cell<Option<Request>>; QUEUE_LEN] = const { [const { Cell::new(None) }; QUEUE_LEN] };
+    fn decode([kind, key]: [usize; 2]) -> Option<Request> {
+        let consumer = |ret: bool| {
+            if ret {
+                Consumer::Uretprobe(key as *mut crate::base::abi::Uretprobe)
+            } else {
+                Consumer::Uprobe(key as *mut Uprobe)
+            }
+        };
+        match kind {
+            1 | 2 => Some(Request::Register(consumer(kind == 2))),
+            3 | 4 => Some(Request::Unregister(consumer(kind == 4))),
+            _ => None,
+        }
+    }
 }
 
 /// Marks the calling thread as inside the runtime for its lifetime: probe hits meanwhile run
@@ -97,13 +115,14 @@ pub fn request(request: Request) -> c_int {
 }
 
 fn queue(request: Request) -> c_int {
-    let n = &thread::current().queued;
-    let i = n.get();
-    if i == QUEUE_LEN {
+    let t = thread::current();
+    let i = t.queued.get();
+    if i == thread::QUEUE_LEN {
         return -libc::EAGAIN;
     }
-    QUEUE.with(|q| q[i].set(Some(request)));
-    n.set(i + 1);
+    t.requests[i].set(request.encode());
+    t.queued.set(i + 1);
+    QUEUED.fetch_add(1, Ordering::SeqCst);
     -libc::EINPROGRESS
 }
 
@@ -117,6 +136,34 @@ fn carry_out(request: Request) -> c_int {
     }
 }
 
+/// Requests queued by handlers on every thread and not yet carried out (their callbacks not
+/// yet returned).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a queued request done when dropped (after its callback returned).
+struct Done;
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        QUEUED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until no request queued by a handler is still to be carried out, for at most
+/// `timeout_ns`; false if some still are. Requests are queued inside a hit's read-side
+/// section, so after a grace period this covers every handler that could still call back into
+/// a handler library (its `registration_callback`) before the library is unloaded.
+pub fn settle(timeout_ns: u64) -> bool {
+    let start = sys::monotonic_ns();
+    while QUEUED.load(Ordering::SeqCst) != 0 {
+        if sys::monotonic_ns().saturating_sub(start) > timeout_ns {
+            return false;
+        }
+        sys::sched_yield();
+    }
+    true
+}
+
 /// Carries out the requests handlers queued on this thread, when it is safe to (see the
 /// module doc); signal-safe as far as the registry is.
 pub fn run_deferred() {
@@ -127,9 +174,10 @@ pub fn run_deferred() {
     let _inside = Inside::enter();
     let mut i = 0;
     while i < t.queued.get() {
-        let request = QUEUE.with(|q| q[i].take());
+        let request = Request::decode(t.requests[i].replace([0; 2]));
         i += 1;
         let Some(request) = request else { continue };
+        let _done = Done;
         let result = carry_out(request);
         let (consumer, reg) = match request {
             Request::Register(c) => (c, 1),

@@ -246,10 +246,12 @@ fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &
             match consumer {
                 Consumer::Uprobe(u) => {
                     if let Some(handler) = (*u).handler {
+                        let outer_code = t.code.replace(handler as usize);
                         handler(u, regs);
+                        t.code.set(outer_code);
                     }
                 }
-                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs),
+                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs, t),
             }
         }
         t.handling.set(outer);

@@ -100,7 +100,7 @@ pub fn arm_pending() -> Vec<(Consumer, Result<usize, RegisterError>)> {
 /// returned, with their address, as gone.
 pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
     let mut st = state();
-    if !st.batch.points.is_empty() {
+    if !st.batch.is_empty() {
         flush(&mut st);
     }
     let maps = st.view.maps(None);

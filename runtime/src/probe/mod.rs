@@ -18,6 +18,7 @@
 //! - [`deferred`]: registration requests, queued when made from a handler;
 //! - [`owners`]: which handler library owns a probe (for fault messages);
 //! - [`report`]: what the runtime says of its probes at the end of the run;
+//! - [`world`]: holding the other threads stopped around a batch's writes (attach);
 //! - [`error`]: why a registration failed.
 //!
 //! Context: `dispatch`, `retprobe`'s entry and return paths and `rcu`'s read side run on the
@@ -58,3 +59,4 @@ pub mod table;
 #[allow(unsafe_code)]
 pub mod thread;
 pub mod traps;
+pub mod world;

@@ -48,6 +48,27 @@ pub fn describe(key: usize, addr: usize, symbol: Option<&str>, handler: usize) {
     }
 }
 
+/// Frees the line of probe object `key`, which is unregistered and whose handlers can no
+/// longer run (after a grace period): no fault path can be reading it.
+pub fn forget(key: usize) {
+    let mut i = slot(key);
+    for _ in 0..TABLE_SIZE {
+        match KEYS[i].load(Ordering::Acquire) {
+            0 => return,
+            k if k == key => {
+                let text = TEXTS[i].swap(core::ptr::null_mut(), Ordering::AcqRel);
+                if !text.is_null() {
+                    // SAFETY: texts come from Box::into_raw in `describe`; this one is
+                    // unpublished and no reader is left (see above).
+                    drop(unsafe { Box::from_raw(text) });
+                }
+                return;
+            }
+            _ => i = (i + 1) % TABLE_SIZE,
+        }
+    }
+}
+
 /// The line of probe object `key` (signal-safe).
 pub fn text_of(key: usize) -> Option<&'static str> {
     let mut i = slot(key);

@@ -10,7 +10,7 @@
 //!
 //! Normal context, under the registry lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::base::maps::Mapping;
 use crate::base::sys;
@@ -22,6 +22,7 @@ use crate::probe::error::RegisterError;
 use crate::probe::ssol::Slots;
 use crate::probe::symbols::{FunctionCode, View};
 use crate::probe::table::{self, JumpPrep, ProbePoint, INT3, MAX_PATCH};
+use crate::probe::world::{self, World};
 
 /// `--no-optimize` clears this: every probe then keeps its `int3`.
 pub static OPTIMIZE: AtomicBool = AtomicBool::new(true);
@@ -280,11 +281,6 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     Ok(JumpPrep { patch_len: plan.patch_len, orig, stub })
 }
 
-/// Threads of the runtime itself (the trace drain thread): they never run the program's code
-/// while a batch is written (they call into libc only under the registry lock, which the
-/// writer holds), so they do not count against a process being alone.
-pub static RUNTIME_THREADS: AtomicU32 = AtomicU32::new(0);
-
 /// Set while every other thread of the process is held stopped at a safe place (attach):
 /// jumps may then be written although the process has other threads.
 pub static WORLD_STOPPED: AtomicBool = AtomicBool::new(false);
@@ -296,14 +292,7 @@ fn alone() -> bool {
     if crate::probe::thread::in_signal() {
         return false;
     }
-    if WORLD_STOPPED.load(Ordering::SeqCst) {
-        return true;
-    }
-    let Ok(status) = sys::read_file(c"/proc/self/status") else { return false };
-    String::from_utf8_lossy(&status)
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:").and_then(|n| n.trim().parse::<u32>().ok()))
-        .is_some_and(|n| n <= 1 + RUNTIME_THREADS.load(Ordering::SeqCst))
+    WORLD_STOPPED.load(Ordering::SeqCst) || world::single_program_thread()
 }
 
 /// Why `pp` may not take its jump in this batch (None: it may). `targets` are the batch's
@@ -364,7 +353,8 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             && c.pp.jump.is_ok()
             && (OPTIMIZE.load(Ordering::Relaxed) || c.pp.trap_unsafe.is_some())
     };
-    let alone = changes.iter().any(wants_jump) && alone();
+    let held_world = world::for_this_thread();
+    let alone = changes.iter().any(wants_jump) && (held_world.is_some() || alone());
     let targets: Vec<(usize, Target)> = changes.iter().map(|c| (c.pp.addr, c.target)).collect();
     let mut steps = vec![Step::None; changes.len()];
     for (i, c) in changes.iter_mut().enumerate() {
@@ -402,6 +392,7 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             steps[i] = Step::None;
         }
     }
+    let held = held_world.filter(|_| steps.iter().any(|s| *s != Step::None)).map(|w| hold(w, changes, &mut steps));
     // From here to `close`: no allocation, no call into libc.
     let mut jump = [INT3; MAX_PATCH];
     // Step 1: an int3 on every first byte that changes.
@@ -457,7 +448,65 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
         patch::sync_cores();
     }
     session.close();
+    if let Some(Held { world: Some(world), rips }) = held {
+        WORLD_STOPPED.store(false, Ordering::SeqCst);
+        world.resume();
+        drop(rips);
+    }
 }
+
+/// Stops the other threads for the writes of a batch whose steps are decided (attach). A jump
+/// whose replaced bytes hold a stopped thread's resume address waits for the thread to move
+/// on (a few short resumes), and otherwise takes the `int3`; if the threads cannot be stopped
+/// at all, every jump does.
+fn hold(world: &'static dyn World, changes: &mut [Change], steps: &mut [Step]) -> Held {
+    let inside = |c: &Change, rips: &[usize]| match &c.pp.jump {
+        Ok(prep) => rips.iter().copied().find(|&r| c.pp.addr < r && r < c.pp.addr + prep.patch_len),
+        Err(_) => None,
+    };
+    // Reserved now: from the stop to the resume nothing may allocate.
+    let mut rips = world::room_for_addresses();
+    let mut stopped = world.stop(&mut rips);
+    for _ in 0..RESTOPS {
+        let blocked = changes.iter().zip(steps.iter()).any(|(c, s)| *s == Step::Jump && inside(c, &rips).is_some());
+        if !stopped || !blocked {
+            break;
+        }
+        stopped = world.restop(&mut rips);
+    }
+    for (i, c) in changes.iter_mut().enumerate() {
+        if steps[i] != Step::Jump {
+            continue;
+        }
+        let why = if !stopped {
+            NoJump::Live
+        } else {
+            match inside(c, &rips) {
+                Some(at) => NoJump::ThreadInside { at: at as u64 },
+                None => continue,
+            }
+        };
+        let jumping = c.pp.jump_active.load(Ordering::SeqCst);
+        let armed = first_byte(c.pp) == INT3 && !c.pp.tail_patched.load(Ordering::SeqCst);
+        steps[i] = if !jumping && armed { Step::None } else { Step::Int3 };
+        c.result = Ok(Strategy::Int3(why));
+    }
+    if stopped {
+        WORLD_STOPPED.store(true, Ordering::SeqCst);
+    }
+    debug_assert!(!steps.contains(&Step::Jump) || stopped);
+    Held { world: stopped.then_some(world), rips }
+}
+
+/// The threads held for a batch: the world to resume them with (None: not held), and the
+/// addresses' room, freed only once they run again.
+struct Held {
+    world: Option<&'static dyn World>,
+    rips: Vec<usize>,
+}
+
+/// How many times a batch lets the threads move on when one sits where a jump goes.
+const RESTOPS: usize = 3;
 
 fn first_byte(pp: &ProbePoint) -> u8 {
     // SAFETY: the point's address lies in an executable mapping.

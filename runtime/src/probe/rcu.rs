@@ -86,7 +86,12 @@ fn claim_slot() -> u32 {
         return i as u32;
     }
     // Every slot taken: take over one whose thread is gone (its sequence is even: threads
-    // leave only between sections).
+    // leave only between sections). Not with pooled thread states (a runtime loaded by
+    // attach): a state, and its slot, pass to the next thread that gets the dead thread's
+    // TCB, so a dead owner does not mean a free slot.
+    if crate::probe::thread::pooled_states() {
+        return NO_SLOT;
+    }
     for i in 0..READER_SLOTS {
         let owner = SLOT_OWNER[i].load(Ordering::Acquire);
         if owner != 0

@@ -44,6 +44,8 @@ pub(super) struct Batch {
     depth: u32,
     /// Points waiting for their bytes.
     pub(super) points: Vec<&'static ProbePoint>,
+    /// Points whose last probe was removed in the batch, waiting for their original bytes.
+    pub(super) removals: Vec<&'static ProbePoint>,
     /// `--verbose`: each registration's address and symbol, to say its strategy once written.
     verbose: Vec<(usize, String)>,
     /// When the batch's first registration started, and the syscall counts then.
@@ -55,11 +57,16 @@ pub(super) struct Batch {
 }
 
 impl Batch {
+    pub(super) fn is_empty(&self) -> bool {
+        self.points.is_empty() && self.removals.is_empty()
+    }
+
     pub(super) const fn new() -> Batch {
         Batch {
             owner: 0,
             depth: 0,
             points: Vec::new(),
+            removals: Vec::new(),
             verbose: Vec::new(),
             started: None,
             session: Session::new(),
@@ -140,7 +147,7 @@ impl State {
     /// registration at once).
     pub(super) fn begin(&mut self) -> bool {
         let me = sys::gettid();
-        if self.batch.owner != me && !self.batch.points.is_empty() {
+        if self.batch.owner != me && !self.batch.is_empty() {
             flush(self);
         }
         if self.batch.started.is_none() {
@@ -154,13 +161,22 @@ impl State {
 /// probes, which are returned with the reason.
 pub(super) fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
     let points = core::mem::take(&mut st.batch.points);
+    let armed = points.len();
     let mut changes: Vec<Change> = points.iter().map(|&pp| Change::new(pp, Target::Armed)).collect();
+    // A point emptied in the batch may have been joined again since: it then stays armed.
+    for pp in core::mem::take(&mut st.batch.removals) {
+        if !points.iter().any(|p| core::ptr::eq(*p, pp)) {
+            changes.push(Change::new(pp, if pp.is_armed() { Target::Armed } else { Target::Original }));
+        }
+    }
     let mut session = core::mem::take(&mut st.batch.session);
     place::write(&mut changes, &mut session, &mut st.view, &mut st.slots);
     let mut failed = Vec::new();
-    for c in &changes {
+    for (i, c) in changes.iter().enumerate() {
         c.pp.queued.store(false, Ordering::SeqCst);
         match &c.result {
+            // A failure to take a point out leaves its int3: hits then run no handler.
+            _ if i >= armed && c.target == Target::Original => {}
             Ok(strategy) => {
                 stats::POINTS_ARMED.add(1);
                 if *strategy == Strategy::Jump {
@@ -353,11 +369,14 @@ pub fn unregister(consumer: Consumer) {
     unregister_all(&[consumer]);
 }
 
-/// Removes several probe objects at once: one batch of writes, one grace period.
+/// Removes several probe objects at once: one batch of writes, one grace period. Inside a
+/// batch this thread opened, the probes are gone (no handler of theirs runs) when this
+/// returns, and their original bytes are written with the batch.
 pub fn unregister_all(consumers: &[Consumer]) {
     let mut guard = state();
     let st = &mut *guard;
-    if !st.batch.points.is_empty() {
+    let batched = st.batch.owner == sys::gettid();
+    if !batched && !st.batch.is_empty() {
         flush(st);
     }
     let mut lists: BTreeMap<usize, Vec<Consumer>> = BTreeMap::new();
@@ -369,19 +388,23 @@ pub fn unregister_all(consumers: &[Consumer]) {
         let Some(pp) = table::lookup(addr) else { continue };
         lists.entry(addr).or_insert_with(|| pp.probes()).retain(|&p| p != consumer);
     }
-    let mut changes: Vec<Change> = lists
-        .iter()
-        .filter(|(_, probes)| probes.is_empty())
-        .filter_map(|(&addr, _)| table::lookup(addr))
-        .map(|pp| Change::new(pp, Target::Original))
-        .collect();
-    for c in &changes {
-        if let Some(line) = place::changed_message(c.pp, || st.view.symbolize(c.pp.addr).unwrap_or_default()) {
+    let emptied: Vec<&'static ProbePoint> =
+        lists.iter().filter(|(_, probes)| probes.is_empty()).filter_map(|(&addr, _)| table::lookup(addr)).collect();
+    for pp in &emptied {
+        if let Some(line) = place::changed_message(pp, || st.view.symbolize(pp.addr).unwrap_or_default()) {
             output::message(format_args!("{line}"));
         }
     }
-    // A failure leaves the int3 in place: hits then run no handler and stay correct.
-    place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
+    if batched {
+        for pp in emptied {
+            pp.queued.store(true, Ordering::SeqCst);
+            st.batch.removals.push(pp);
+        }
+    } else {
+        let mut changes: Vec<Change> = emptied.into_iter().map(|pp| Change::new(pp, Target::Original)).collect();
+        // A failure leaves the int3 in place: hits then run no handler and stay correct.
+        place::write(&mut changes, &mut Session::new(), &mut st.view, &mut st.slots);
+    }
     let mut retired = Retired::default();
     for (addr, probes) in lists {
         if let Some(pp) = table::lookup(addr) {
@@ -412,6 +435,18 @@ pub fn return_probes() -> Vec<(usize, *mut Uretprobe)> {
 /// context; front-ends resolving their definitions, listing functions).
 pub fn with_view<R>(f: impl FnOnce(&mut View) -> R) -> R {
     f(&mut state().view)
+}
+
+/// Every registered probe object, placed or waiting for its module.
+pub fn consumers() -> Vec<Consumer> {
+    let st = state();
+    let mut all = pending_consumers(&st);
+    for (&key, &addr) in &st.registered {
+        if let Some(c) = table::lookup(addr).and_then(|pp| pp.probes().into_iter().find(|c| c.key() == key)) {
+            all.push(c);
+        }
+    }
+    all
 }
 
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.

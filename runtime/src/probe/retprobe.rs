@@ -106,14 +106,14 @@ fn count_missed(rp: *mut Uretprobe) {
 ///
 /// # Safety
 /// `rp` is a registered return probe, valid for the read-side section.
-pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
+pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t: &ThreadState) {
     // SAFETY: the caller guarantees `rp` is valid.
     let probe = unsafe { &*rp };
     let slot = regs.rsp as usize;
     // SAFETY: at a function's first instruction %rsp points to the return address.
     let ret = unsafe { *(slot as *const usize) };
     let tramp = trampoline();
-    with_stack(thread::current(), |st| {
+    with_stack(t, |st| {
         // A return address that is already the trampoline's: a hooked function tail-called
         // this one, whose return is the same.
         let chained = ret == tramp;
@@ -147,7 +147,9 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs) {
             ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2] });
             if let Some(entry) = probe.entry_handler {
                 st.arena_top += size; // an entry handler that hits a probe sees the space taken
+                let outer_code = t.code.replace(entry as usize);
                 let skip = entry(ri, regs) != 0;
+                t.code.set(outer_code);
                 st.arena_top = offset;
                 if skip {
                     return;
@@ -214,7 +216,9 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
         if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(frame.rp)) {
             if let Some(handler) = (*frame.rp).handler {
                 let outer = t.handling.replace(frame.rp as usize);
+                let outer_code = t.code.replace(handler as usize);
                 handler(ri, regs);
+                t.code.set(outer_code);
                 t.handling.set(outer);
             }
         }

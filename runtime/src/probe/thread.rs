@@ -1,6 +1,7 @@
 //! The runtime's per-thread state, in one thread-local block: the hit paths reach all of it
 //! with a single TLS lookup (in a shared library, every thread-local access is a call into
-//! the dynamic loader, which is never probed).
+//! the dynamic loader, which is never probed). A runtime loaded into a running process
+//! (attach) keeps the states in a pool found by the thread pointer instead (see below).
 //!
 //! Signal-safe: the block is constant-initialised, has no destructor, and lives in the static
 //! TLS of a preloaded library, so no access allocates or registers anything.
@@ -17,8 +18,13 @@
 //!   module's init).
 
 use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
+use crate::base::sys;
 use crate::probe::returns::ReturnStack;
+
+/// Registration requests a thread's handlers may queue (see `deferred`).
+pub const QUEUE_LEN: usize = 32;
 
 pub struct ThreadState {
     /// Handling a probe hit (handlers included): hits meanwhile run no handler.
@@ -35,11 +41,19 @@ pub struct ThreadState {
     pub queued: Cell<usize>,
     /// The probe object whose handler the thread runs, or 0 (see `owners`).
     pub handling: Cell<usize>,
+    /// The address of that handler's code, or 0: whose output the thread writes (an attach
+    /// session's libraries have their own, see `base::route`).
+    pub code: Cell<usize>,
     /// Pending returns of return probes.
     pub returns: UnsafeCell<ReturnStack>,
     /// The thread's reader slot in `rcu`, plus one; 0: none claimed yet; `u32::MAX`: none to
     /// be had (the thread uses the shared counters).
     pub reader: Cell<u32>,
+    /// The queued requests themselves, in `deferred`'s encoding (two words each).
+    pub requests: [Cell<[usize; 2]>; QUEUE_LEN],
+    /// A thread of the runtime's own (an attach session's agent) while it is idle, running
+    /// none of the program's or the handler libraries' code (see `world`).
+    pub own: Cell<bool>,
 }
 
 thread_local! {
@@ -53,17 +67,148 @@ thread_local! {
             queued: Cell::new(0),
             reader: Cell::new(0),
             handling: Cell::new(0),
+            code: Cell::new(0),
             returns: UnsafeCell::new(ReturnStack::EMPTY),
+            requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
+            own: Cell::new(false),
         }
     };
 }
 
 /// The calling thread's state. The reference cannot leave the thread (`ThreadState` is not
 /// `Sync`), and the thread outlives every use of it.
+#[inline]
 pub fn current() -> &'static ThreadState {
+    if POOLED.load(Ordering::Relaxed) {
+        return pooled();
+    }
     // SAFETY: the block lives as long as the thread; the `'static` reference is confined to
     // this thread because `&ThreadState` is not `Send`.
     STATE.with(|s| unsafe { &*(s as *const ThreadState) })
+}
+
+// The states of a runtime loaded into a running process (attach). Its thread-local storage
+// is then not static: glibc allocates a thread's block on its first access, with malloc and
+// under the loader's lock, which a hit may have interrupted (a probe on malloc itself would
+// recurse). So the states are found by the thread pointer instead (`%fs:0`, the TCB), in a
+// lock-free table, and mapped on a thread's first hit with a raw mmap. A thread that ends
+// leaves its state to the next thread whose TCB takes the same place (glibc reuses them): the
+// state is then idle (not busy, no depth) and its return records are dropped by stack
+// position like those of any frame left without returning.
+
+/// Whether thread states come from the pool (set once, before any probe is placed).
+static POOLED: AtomicBool = AtomicBool::new(false);
+const POOL_BITS: u32 = 14;
+const POOL: usize = 1 << POOL_BITS;
+static KEYS: [AtomicUsize; POOL] = [const { AtomicUsize::new(0) }; POOL];
+static STATES: [AtomicPtr<ThreadState>; POOL] = [const { AtomicPtr::new(core::ptr::null_mut()) }; POOL];
+
+/// A state for threads that cannot get their own (the pool is full, or memory is out): quiet
+/// forever, so its hits run no handler and only execute the displaced instruction, which
+/// touches nothing of it.
+struct Fallback(ThreadState);
+// SAFETY: see above: no path writes a quiet state's fields on a hit; only a program thread
+// calling the runtime's API could, and then only the entry depth, which stays non-zero.
+unsafe impl Sync for Fallback {}
+static FALLBACK: Fallback = Fallback(ThreadState {
+    busy: Cell::new(true),
+    in_signal: Cell::new(false),
+    depth: Cell::new(1),
+    entry: Cell::new(0),
+    entry_what: Cell::new((0, 0)),
+    queued: Cell::new(0),
+    reader: Cell::new(u32::MAX),
+    handling: Cell::new(0),
+    code: Cell::new(0),
+    returns: UnsafeCell::new(ReturnStack::EMPTY),
+    requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
+    own: Cell::new(false),
+});
+
+/// Takes thread states from the pool from now on (a runtime loaded by attach, before it
+/// places any probe).
+pub fn use_pool() {
+    POOLED.store(true, Ordering::SeqCst);
+}
+
+/// Whether thread states come from the pool (the runtime was loaded into a running process).
+pub fn pooled_states() -> bool {
+    POOLED.load(Ordering::Relaxed)
+}
+
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86-64 Linux, %fs:0 holds the thread pointer itself (the TLS ABI).
+    unsafe { core::arch::asm!("mov {}, fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    tp
+}
+
+fn slot_of(tp: usize) -> usize {
+    (tp as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize >> (usize::BITS - POOL_BITS)
+}
+
+fn find(tp: usize) -> Option<&'static ThreadState> {
+    let mut i = slot_of(tp);
+    for _ in 0..POOL {
+        match KEYS[i].load(Ordering::Acquire) {
+            0 => return None,
+            // SAFETY: a key is published with its state stored; states are never unmapped.
+            k if k == tp => return unsafe { STATES[i].load(Ordering::Acquire).as_ref() },
+            _ => i = (i + 1) & (POOL - 1),
+        }
+    }
+    None
+}
+
+/// The calling thread's pooled state (signal-safe).
+fn pooled() -> &'static ThreadState {
+    let tp = thread_pointer();
+    if let Some(state) = find(tp) {
+        return state;
+    }
+    // Only this thread looks its own state up: with its signals blocked, no handler of it can
+    // claim a second one meanwhile.
+    let old = sys::block_signals(!0);
+    let state = find(tp).or_else(|| claim(tp)).unwrap_or(&FALLBACK.0);
+    sys::set_signal_mask(old);
+    state
+}
+
+fn claim(tp: usize) -> Option<&'static ThreadState> {
+    let size = sys::page_ceil(core::mem::size_of::<ThreadState>());
+    // Fresh anonymous memory is all zero bytes, which is a valid idle state: every field is
+    // a flag, a counter, a null pointer or an empty record stack.
+    let state = sys::mmap_anon(size).ok()? as *mut ThreadState;
+    let mut i = slot_of(tp);
+    for _ in 0..POOL {
+        if KEYS[i].compare_exchange(0, tp, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            STATES[i].store(state, Ordering::Release);
+            // SAFETY: a zeroed, mapped state that only this thread uses (see above).
+            return Some(unsafe { &*state });
+        }
+        i = (i + 1) & (POOL - 1);
+    }
+    // SAFETY: our own fresh mapping, referenced by nobody.
+    unsafe { sys::munmap(state as usize, size) };
+    None
+}
+
+/// In a child after fork, where only the forking thread exists: the pooled states of the
+/// other threads go back to idle (one may have been mid-hit), since a thread the child starts
+/// may get one of their TCBs, and with it the state.
+pub fn pool_after_fork() {
+    if !pooled_states() {
+        return;
+    }
+    let own = current() as *const ThreadState;
+    for state in &STATES {
+        let p = state.load(Ordering::Acquire);
+        if !p.is_null() && !core::ptr::eq(p, own) {
+            // SAFETY: a mapped pooled state whose thread does not exist in this process; zero
+            // bytes are a valid idle state (see `claim`).
+            unsafe { core::ptr::write_bytes(p, 0, 1) };
+        }
+    }
 }
 
 impl ThreadState {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::base::lock::Mutex;
 use crate::base::{output, sys};
-use crate::probe::{deferred, place, registry};
+use crate::probe::{deferred, registry, world};
 use crate::trace::buffers::{self, InUse};
 use crate::trace::clock;
 use crate::trace::def::Kind;
@@ -133,7 +133,7 @@ fn spawn() {
     let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
     let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
     let old = sys::set_signal_mask(!keep);
-    place::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
+    world::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
     let mut thread: libc::pthread_t = 0;
     // SAFETY: a thread running `main`, which takes no argument; its attributes are default.
     let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, core::ptr::null_mut()) };
@@ -141,7 +141,7 @@ fn spawn() {
         // SAFETY: a thread just created, never joined.
         unsafe { libc::pthread_detach(thread) };
     } else {
-        place::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
         output::message(format_args!("cannot start the drain thread (error {rc}): events are written at exit only"));
     }
     sys::set_signal_mask(old);
@@ -152,7 +152,7 @@ pub fn after_fork() {
     if STATE.lock().is_none() {
         return;
     }
-    place::RUNTIME_THREADS.store(0, Ordering::SeqCst);
+    world::RUNTIME_THREADS.store(0, Ordering::SeqCst);
     for ev in events::all() {
         ev.dropped.store(0, Ordering::Relaxed);
     }

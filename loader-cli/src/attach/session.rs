@@ -1,0 +1,304 @@
+//! The session, from uprobe-run's side: sends the agent its handlers, parameters, options and
+//! output; holds the target's threads whenever the agent writes a batch; relays the handlers'
+//! output as it comes; and ends the session on Ctrl-C, SIGTERM, SIGHUP, the end of
+//! `--duration`, or the target's exit. Reports, with `--verbose`, how long attaching and
+//! detaching took and how long the target's threads were held (the pause).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::attach::error::AttachError;
+use crate::attach::stop::{self, StopError, Stopped};
+use crate::attach::target::Target;
+use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
+use crate::attach::{net, Request};
+use crate::launch;
+
+/// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
+const INIT_FAILED: i32 = 127;
+/// Exit status of a refusal.
+const REFUSED: i32 = 2;
+/// How long the agent may take to end after it said it detached.
+const AGENT_END_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a process whose agent went away may take to finish exiting.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long the target's threads run between two stops when one sat where a jump goes.
+const RESTOP_GAP: Duration = Duration::from_millis(1);
+/// The output socket's send buffer in the target: lines wait there while uprobe-run is busy.
+const OUTPUT_BUFFER: libc::c_int = 1 << 20;
+
+/// Where the handlers' output goes: the `-o` file, or uprobe-run's stderr.
+pub struct Output(Box<dyn Write>);
+
+impl Output {
+    /// Creates or truncates `path` (mode 0644), as a launched run does; stderr without one.
+    pub fn open(path: Option<&Path>) -> Result<Output, AttachError> {
+        match path {
+            None => Ok(Output(Box::new(std::io::stderr()))),
+            Some(path) => OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(path)
+                .map(|f: File| Output(Box::new(f)))
+                .map_err(|source| AttachError::Output { path: PathBuf::from(path), source }),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let _ = self.0.write_all(bytes);
+        let _ = self.0.flush();
+    }
+}
+
+/// How long the target's threads were held, over how many stops.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pause {
+    pub total: Duration,
+    pub stops: usize,
+}
+
+impl Pause {
+    pub fn add(&mut self, held: Duration) {
+        self.total += held;
+        self.stops += 1;
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+impl std::fmt::Display for Pause {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let s = if self.stops == 1 { "" } else { "s" };
+        write!(f, "threads held {:.3} ms in {} stop{s}", self.total.as_secs_f64() * 1e3, self.stops)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The agent loads the handler libraries.
+    Loading,
+    Attached,
+    /// Detach was asked for.
+    Detaching,
+}
+
+pub struct Session {
+    pub target: Target,
+    pub control: OwnedFd,
+    pub out: Output,
+    pub signals: OwnedFd,
+    pub request: Request,
+    pub started: Instant,
+    /// The pause of the attach so far (finding a thread to load the runtime with).
+    pub pause: Pause,
+}
+
+impl Session {
+    fn pid(&self) -> i32 {
+        self.target.pid
+    }
+
+    fn send(&self, message: &ToAgent, fd: Option<i32>) -> Result<(), AttachError> {
+        net::send(&self.control, message.encode().as_bytes(), fd).map_err(AttachError::Socket)
+    }
+
+    fn protocol(&self, what: impl Into<String>) -> AttachError {
+        AttachError::Protocol { pid: self.pid(), what: what.into() }
+    }
+
+    fn recv(&self) -> Result<Option<FromAgent>, AttachError> {
+        let bytes = net::recv(self.control.as_raw_fd(), MAX_MESSAGE).map_err(AttachError::Socket)?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        FromAgent::decode(&text).map(Some).ok_or_else(|| self.protocol(format!("unknown message {text:?}")))
+    }
+
+    /// Runs the session to its end; returns uprobe-run's exit status.
+    pub fn run(mut self) -> Result<i32, AttachError> {
+        let Some(FromAgent::Hello { tid: agent, .. }) = self.recv()? else {
+            return Err(self.target.changed().unwrap_or_else(|| self.protocol("no hello")));
+        };
+        let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
+        net::set_send_buffer(&theirs, OUTPUT_BUFFER);
+        let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
+        let records = records.to_string_lossy().into_owned();
+        self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
+        drop(theirs);
+        let pidfd = net::pidfd(self.pid()).map_err(AttachError::Socket)?;
+        let mut phase = Phase::Loading;
+        let mut detach_wanted = false;
+        let mut held: Option<Stopped> = None;
+        let mut attach_pause = self.pause;
+        let mut detach_pause = Pause::default();
+        let mut detach_started = None;
+        let deadline = self.request.duration.map(|d| Instant::now() + d);
+        loop {
+            let timeout = match (phase, deadline) {
+                (Phase::Attached, Some(at)) => Some(at.saturating_duration_since(Instant::now())),
+                _ => None,
+            };
+            let fds = [self.signals.as_raw_fd(), self.control.as_raw_fd(), ours.as_raw_fd(), pidfd.as_raw_fd()];
+            let ready = net::poll(&fds, timeout).map_err(AttachError::Socket)?;
+            if ready[2] {
+                self.relay(&ours);
+            }
+            let timed_out = !ready.iter().any(|&r| r) && timeout.is_some();
+            let signalled = ready[0] && net::read_signal(&self.signals).is_ok();
+            if signalled || timed_out {
+                match phase {
+                    Phase::Loading => detach_wanted = true,
+                    Phase::Attached => {
+                        self.send(&ToAgent::Detach, None)?;
+                        phase = Phase::Detaching;
+                        detach_started = Some(Instant::now());
+                    }
+                    Phase::Detaching => {}
+                }
+            }
+            if ready[1] {
+                let message = self.recv()?;
+                let pause = if phase == Phase::Loading { &mut attach_pause } else { &mut detach_pause };
+                match message {
+                    Some(FromAgent::Stop) => {
+                        let reply = self.stop(agent, phase == Phase::Loading, &mut held);
+                        self.send(&reply, None)?;
+                    }
+                    Some(FromAgent::Restop) => {
+                        if let Some(s) = held.take() {
+                            pause.add(s.resume());
+                        }
+                        std::thread::sleep(RESTOP_GAP);
+                        let reply = self.stop(agent, phase == Phase::Loading, &mut held);
+                        self.send(&reply, None)?;
+                    }
+                    Some(FromAgent::Resume) => {
+                        if let Some(s) = held.take() {
+                            pause.add(s.resume());
+                        }
+                        self.send(&ToAgent::Resumed, None)?;
+                    }
+                    Some(FromAgent::Ready { libraries, probes, jumps }) => {
+                        phase = Phase::Attached;
+                        if self.request.verbose {
+                            let exe = self.target.exe.display();
+                            eprintln!(
+                                "uprobe-run: attached to process {} ({exe}) in {:.3} ms: {libraries} handler librar{}, {probes} probe{} ({jumps} jump{}); {attach_pause}",
+                                self.pid(),
+                                self.started.elapsed().as_secs_f64() * 1e3,
+                                if libraries == 1 { "y" } else { "ies" },
+                                plural(probes),
+                                plural(jumps),
+                            );
+                        }
+                        if detach_wanted {
+                            self.send(&ToAgent::Detach, None)?;
+                            phase = Phase::Detaching;
+                            detach_started = Some(Instant::now());
+                        }
+                    }
+                    Some(FromAgent::Failed { line }) => {
+                        self.relay(&ours);
+                        eprintln!("uprobe-run: {line}");
+                        self.wait_agent_gone(agent);
+                        return Ok(INIT_FAILED);
+                    }
+                    Some(FromAgent::Detached { probes, notes }) => {
+                        self.relay(&ours);
+                        for note in notes {
+                            eprintln!("uprobe-run: {note}");
+                        }
+                        self.wait_agent_gone(agent);
+                        if self.request.verbose {
+                            let took = detach_started.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                            eprintln!(
+                                "uprobe-run: detached from process {} in {took:.3} ms: {probes} probe{} removed; {detach_pause}",
+                                self.pid(),
+                                plural(probes)
+                            );
+                        }
+                        return Ok(0);
+                    }
+                    Some(FromAgent::Exiting) => {}
+                    Some(FromAgent::Hello { .. }) => return Err(self.protocol("a second hello")),
+                    None => return self.agent_gone(phase, &ours, &pidfd),
+                }
+            }
+            if ready[3] {
+                return self.agent_gone(phase, &ours, &pidfd);
+            }
+        }
+    }
+
+    /// Holds every thread but the agent; the reply for the agent.
+    fn stop(&self, agent: i32, attaching: bool, held: &mut Option<Stopped>) -> ToAgent {
+        match stop::stop_all(&self.target, Some(agent), attaching) {
+            Ok(s) => {
+                let rips = s.resume_addresses();
+                *held = Some(s);
+                ToAgent::Stopped(rips)
+            }
+            Err(StopError::Gone(e) | StopError::Failed(e)) => ToAgent::Unstoppable(e.to_string()),
+        }
+    }
+
+    /// Writes out every output message waiting.
+    fn relay(&mut self, ours: &OwnedFd) {
+        while let Ok(Some(bytes)) = net::try_recv(ours.as_raw_fd(), MAX_MESSAGE) {
+            if bytes.is_empty() {
+                break;
+            }
+            self.out.write(&bytes);
+        }
+    }
+
+    /// Waits (bounded) until the agent thread has ended.
+    fn wait_agent_gone(&self, agent: i32) {
+        let start = Instant::now();
+        let task = PathBuf::from(format!("/proc/{}/task/{agent}", self.pid()));
+        while task.exists() && start.elapsed() < AGENT_END_TIMEOUT {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The agent went away without detaching: the process exited or exec'd. Returns the exit
+    /// status.
+    fn agent_gone(&mut self, phase: Phase, ours: &OwnedFd, pidfd: &OwnedFd) -> Result<i32, AttachError> {
+        // The agent's socket closes while the process is still on its way out.
+        let _ = net::poll(&[pidfd.as_raw_fd()], Some(EXIT_GRACE));
+        self.relay(ours);
+        let pid = self.pid();
+        // An exec of the same program leaves the same executable: the runtime then is gone.
+        let change = self.target.changed().or_else(|| {
+            let runtime_gone = self.target.maps().is_ok_and(|maps| self.target.mapped(&maps, "libuprobe.so").is_none());
+            runtime_gone.then(|| AttachError::ExecdDuringAttach { pid, now: self.target.exe.display().to_string() })
+        });
+        if phase == Phase::Loading {
+            return Err(change.unwrap_or(AttachError::ExitedDuringAttach { pid }));
+        }
+        match change {
+            Some(AttachError::ExecdDuringAttach { now, .. }) => {
+                eprintln!("uprobe-run: process {pid} exec'd {now}: the session ended with the program it ran");
+            }
+            Some(_) => eprintln!("uprobe-run: process {pid} exited"),
+            None => {
+                eprintln!("uprobe-run: process {pid}: the runtime's agent ended without detaching");
+                return Ok(REFUSED);
+            }
+        }
+        Ok(0)
+    }
+}

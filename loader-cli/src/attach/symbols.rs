@@ -1,0 +1,32 @@
+//! Addresses of functions in the target: a symbol's value in the ELF file, plus where that
+//! file is loaded in the process.
+
+use std::path::Path;
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::attach::error::AttachError;
+use crate::attach::target::Mapping;
+
+/// The value of the defined function symbol `name` in the ELF file at `path` (its dynamic
+/// symbols first, then its symbol table), and the lowest address its segments load at.
+pub fn lookup(path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError> {
+    let bytes = std::fs::read(path).map_err(|source| AttachError::Read { path: path.into(), source })?;
+    let file = object::File::parse(&*bytes).map_err(|e| AttachError::Read {
+        path: path.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+    })?;
+    let base = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    let found = file
+        .dynamic_symbols()
+        .chain(file.symbols())
+        .find(|s| s.is_definition() && s.kind() == object::SymbolKind::Text && s.name() == Ok(name))
+        .map(|s| (s.address(), base));
+    Ok(found)
+}
+
+/// The run-time address of `value` (a symbol's value in the file whose lowest segment is at
+/// `base`), given the file's mapping at offset 0.
+pub fn runtime_address(first: &Mapping, value: u64, base: u64) -> u64 {
+    first.start + (value - base)
+}

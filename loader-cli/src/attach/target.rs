@@ -1,0 +1,253 @@
+//! What uprobe-run learns about a running process before it touches it, from `/proc`: that it
+//! exists and may be traced, that its program is a dynamically linked x86-64 glibc program,
+//! where its C library and (if there) the runtime are mapped, and its threads. Each finding
+//! that rules an attach out is a refusal naming its cause.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use crate::attach::error::{AttachError, Yama};
+use crate::attach::ptrace;
+use crate::elf;
+
+/// The file name an attach session's agent thread carries (its `comm`).
+pub const AGENT_NAME: &str = "uprobe-agent";
+
+/// One mapping of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// Parses the text of a maps file; malformed lines are skipped.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.splitn(6, ' ');
+            let (start, end) = f.next()?.split_once('-')?;
+            let perms = f.next()?.to_owned();
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let inode = f.next()?.parse().ok()?;
+            let path = f.next().unwrap_or("").trim_start().to_owned();
+            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+            Some(Mapping { start, end, perms, offset, inode, path })
+        })
+        .collect()
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// A process about to be attached to.
+#[derive(Debug)]
+pub struct Target {
+    pub pid: i32,
+    pub exe: PathBuf,
+    /// `starttime` from /proc/PID/stat: tells the process from one reusing its pid.
+    pub start_time: u64,
+}
+
+fn proc_path(pid: i32, what: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{what}"))
+}
+
+/// The value of `key:` in /proc/PID/status.
+fn status_field(pid: i32, key: &str) -> Option<String> {
+    let text = fs::read_to_string(proc_path(pid, "status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')).map(|v| v.trim().to_owned()))
+}
+
+/// `kernel.yama.ptrace_scope`.
+pub fn yama() -> Yama {
+    Yama(fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse().ok()))
+}
+
+/// The refusal for a process we may not trace, with what tells why.
+pub fn not_permitted(pid: i32) -> AttachError {
+    let theirs = status_field(pid, "Uid").and_then(|u| u.split_whitespace().next().map(str::to_owned));
+    let ours = ptrace::effective_uid();
+    let why = match theirs {
+        Some(uid) if uid != ours.to_string() => format!("it runs as uid {uid}, uprobe-run as uid {ours}"),
+        Some(_) => format!("same uid {ours}, without CAP_SYS_PTRACE"),
+        None => format!("uprobe-run runs as uid {ours}"),
+    };
+    AttachError::NotPermitted { pid, why, yama: yama() }
+}
+
+/// Maps an error reading `/proc/PID/...` to the refusal it means.
+fn proc_error(pid: i32, path: &Path, e: io::Error) -> AttachError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => AttachError::NoSuchProcess(pid),
+        Some(libc::EACCES) | Some(libc::EPERM) => not_permitted(pid),
+        _ => AttachError::Read { path: path.into(), source: e },
+    }
+}
+
+/// `(state, starttime)` of /proc/PID/stat.
+fn stat(pid: i32) -> Result<(char, u64), AttachError> {
+    let path = proc_path(pid, "stat");
+    let text = fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))?;
+    // The command name may hold anything, parentheses included: fields follow the last ')'.
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
+    let start_time = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok((state, start_time))
+}
+
+impl Target {
+    /// Checks process `pid` and what it runs; touches nothing.
+    pub fn open(pid: i32) -> Result<Target, AttachError> {
+        if pid <= 0 {
+            return Err(AttachError::NoSuchProcess(pid));
+        }
+        if pid as u32 == std::process::id() {
+            return Err(AttachError::Itself(pid));
+        }
+        let (state, start_time) = stat(pid)?;
+        if state == 'Z' || state == 'X' {
+            return Err(AttachError::Zombie(pid));
+        }
+        if state == 'T' {
+            return Err(AttachError::Stopped(pid));
+        }
+        let exe_link = proc_path(pid, "exe");
+        let exe = fs::read_link(&exe_link).map_err(|e| proc_error(pid, &exe_link, e))?;
+        if let Some(tracer_pid) = status_field(pid, "TracerPid").and_then(|t| t.parse::<i32>().ok()).filter(|&t| t != 0)
+        {
+            let tracer = fs::read_to_string(proc_path(tracer_pid, "comm"))
+                .map(|c| c.trim().to_owned())
+                .unwrap_or_else(|_| "another process".into());
+            return Err(AttachError::AlreadyTraced { pid, tracer_pid, tracer });
+        }
+        let target = Target { pid, exe, start_time };
+        target.check_program()?;
+        target.check_libc()?;
+        if let Some(agent) = target.threads().into_iter().find(|&tid| target.comm(tid).as_deref() == Some(AGENT_NAME)) {
+            return Err(AttachError::AlreadyAttached { pid, agent: agent.to_string() });
+        }
+        Ok(target)
+    }
+
+    /// The program: ELF64 x86-64, with a dynamic loader.
+    fn check_program(&self) -> Result<(), AttachError> {
+        let path = proc_path(self.pid, "exe");
+        let mut bytes = Vec::new();
+        let read = |bytes: &mut Vec<u8>, len: usize| -> io::Result<()> {
+            let mut file = fs::File::open(&path)?;
+            bytes.clear();
+            file.by_ref().take(len as u64).read_to_end(bytes).map(drop)
+        };
+        read(&mut bytes, elf::HEADER_LEN).map_err(|e| proc_error(self.pid, &path, e))?;
+        let problem = |problem| AttachError::Elf { pid: self.pid, exe: self.exe.clone(), problem };
+        let needed = elf::prefix_len(&bytes).map_err(problem)?;
+        read(&mut bytes, needed).map_err(|e| proc_error(self.pid, &path, e))?;
+        let elf = elf::inspect(&bytes).map_err(problem)?;
+        if !elf.has_interp {
+            return Err(AttachError::Static { pid: self.pid, exe: self.exe.clone() });
+        }
+        Ok(())
+    }
+
+    /// glibc is mapped (not musl, not no C library at all).
+    fn check_libc(&self) -> Result<(), AttachError> {
+        let maps = self.maps()?;
+        let not_glibc = |what: String| AttachError::NotGlibc { pid: self.pid, exe: self.exe.clone(), what };
+        if let Some(m) = maps.iter().find(|m| file_name(&m.path).starts_with("ld-musl")) {
+            return Err(not_glibc(format!("it uses musl ({})", m.path)));
+        }
+        if self.libc(&maps).is_none() {
+            return Err(not_glibc("no libc.so.6 is mapped in it".into()));
+        }
+        Ok(())
+    }
+
+    pub fn maps(&self) -> Result<Vec<Mapping>, AttachError> {
+        let path = proc_path(self.pid, "maps");
+        let text = fs::read_to_string(&path).map_err(|e| proc_error(self.pid, &path, e))?;
+        Ok(parse_maps(&text))
+    }
+
+    /// glibc's mapping at file offset 0 (its load address).
+    pub fn libc<'m>(&self, maps: &'m [Mapping]) -> Option<&'m Mapping> {
+        maps.iter().find(|m| m.offset == 0 && file_name(&m.path) == "libc.so.6")
+    }
+
+    /// The first mapping of the file named `name` (at offset 0), e.g. an already loaded runtime.
+    pub fn mapped<'m>(&self, maps: &'m [Mapping], name: &str) -> Option<&'m Mapping> {
+        maps.iter().find(|m| m.offset == 0 && file_name(&m.path) == name)
+    }
+
+    /// A path to a file mapped in the process, as uprobe-run can open it (through the
+    /// process's root, which may be another mount namespace's).
+    pub fn file(&self, path: &str) -> PathBuf {
+        proc_path(self.pid, "root").join(path.trim_start_matches('/'))
+    }
+
+    /// The process's threads now.
+    pub fn threads(&self) -> Vec<i32> {
+        let mut tids: Vec<i32> = fs::read_dir(proc_path(self.pid, "task"))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        tids.sort_unstable();
+        tids
+    }
+
+    /// The name (`comm`) of thread `tid`.
+    pub fn comm(&self, tid: i32) -> Option<String> {
+        fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/comm"))).ok().map(|c| c.trim().to_owned())
+    }
+
+    /// The state letter of thread `tid` (`R`, `S`, `D`, `Z`...).
+    pub fn thread_state(&self, tid: i32) -> char {
+        let text = fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/stat"))).unwrap_or_default();
+        text.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()).unwrap_or('?')
+    }
+
+    /// Whether the process is still the one we checked (not gone, not replaced by an exec).
+    pub fn changed(&self) -> Option<AttachError> {
+        match stat(self.pid) {
+            Err(_) => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
+            Ok((state, _)) if state == 'Z' || state == 'X' => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
+            Ok((_, start)) if start != self.start_time => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
+            Ok(_) => {
+                let now = fs::read_link(proc_path(self.pid, "exe")).ok()?;
+                (now != self.exe)
+                    .then(|| AttachError::ExecdDuringAttach { pid: self.pid, now: now.display().to_string() })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse() {
+        let text = "7f12a000-7f12b000 r-xp 00001000 08:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6\n\
+                    7ffd0000-7ffd1000 rw-p 00000000 00:00 0 \n";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 2);
+        assert_eq!(maps[0].start, 0x7f12a000);
+        assert_eq!(maps[0].offset, 0x1000);
+        assert_eq!(maps[0].inode, 1234);
+        assert_eq!(file_name(&maps[0].path), "libc.so.6");
+        assert_eq!(maps[1].path, "");
+    }
+
+    #[test]
+    fn this_process_is_refused_as_itself_and_a_bad_pid_as_missing() {
+        assert!(matches!(Target::open(std::process::id() as i32), Err(AttachError::Itself(_))));
+        assert!(matches!(Target::open(0), Err(AttachError::NoSuchProcess(0))));
+        assert!(matches!(Target::open(i32::MAX), Err(AttachError::NoSuchProcess(_))));
+    }
+}

@@ -1,0 +1,88 @@
+//! Unix sockets, poll and eventfd by raw system calls (counted like the rest of
+//! `base::sys`): the channel between an attach session's agent and the `uprobe-run` that
+//! attached.
+//!
+//! Context: normal (the agent thread).
+
+use crate::base::stats::Call;
+use crate::base::sys::{call, Errno};
+
+/// A unix seqpacket socket (message boundaries kept), close-on-exec: attach sessions.
+pub fn socket_seqpacket() -> Result<i32, Errno> {
+    let kind = (libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC) as usize;
+    // SAFETY: socket takes plain integers.
+    unsafe { call(Call::Other, libc::SYS_socket, [libc::AF_UNIX as usize, kind, 0, 0, 0, 0]) }.map(|fd| fd as i32)
+}
+
+/// Connects `fd` to the abstract unix socket `name` (without its leading NUL).
+pub fn connect_abstract(fd: i32, name: &[u8]) -> Result<(), Errno> {
+    // SAFETY: a zeroed sockaddr_un is valid; the name is copied in bounds below.
+    let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
+    if name.len() + 1 > addr.sun_path.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, &b) in name.iter().enumerate() {
+        addr.sun_path[i + 1] = b as libc::c_char;
+    }
+    let len = core::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
+    unsafe { call(Call::Other, libc::SYS_connect, [fd as usize, &addr as *const _ as usize, len, 0, 0, 0]) }.map(drop)
+}
+
+/// Sends `buf` as one message on a socket, without SIGPIPE when the peer is gone (EPIPE then).
+pub fn send_nosignal(fd: i32, buf: &[u8]) -> Result<usize, Errno> {
+    loop {
+        let args = [fd as usize, buf.as_ptr() as usize, buf.len(), libc::MSG_NOSIGNAL as usize, 0, 0];
+        // SAFETY: `buf` is readable for its length; no address is passed.
+        match unsafe { call(Call::Write, libc::SYS_sendto, args) } {
+            Err(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Receives one message into `buf`, and the descriptor it carries (SCM_RIGHTS), if any, made
+/// close-on-exec. Ok(0): the peer closed the socket.
+pub fn recv_with_fd(fd: i32, buf: &mut [u8]) -> Result<(usize, Option<i32>), Errno> {
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = core::mem::size_of_val(&control);
+    let n = loop {
+        let args = [fd as usize, &mut msg as *mut libc::msghdr as usize, libc::MSG_CMSG_CLOEXEC as usize, 0, 0, 0];
+        // SAFETY: `msg` describes writable buffers of the lengths given.
+        match unsafe { call(Call::Read, libc::SYS_recvmsg, args) } {
+            Err(libc::EINTR) => continue,
+            other => break other?,
+        }
+    };
+    // SAFETY: the kernel filled the control buffer, which CMSG_FIRSTHDR/DATA walk within
+    // msg_controllen.
+    let passed = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if !cmsg.is_null() && (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+            Some(core::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const i32))
+        } else {
+            None
+        }
+    };
+    Ok((n, passed))
+}
+
+/// Waits until one of `fds` is ready or `timeout_ms` passed (-1: no limit); the number ready.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
+    let args = [fds.as_mut_ptr() as usize, fds.len(), timeout_ms as isize as usize, 0, 0, 0];
+    // SAFETY: `fds` is a writable array of pollfd of the length passed.
+    unsafe { call(Call::Other, libc::SYS_poll, args) }
+}
+
+/// An eventfd counter, close-on-exec: one thread wakes another's `poll`.
+pub fn eventfd() -> Result<i32, Errno> {
+    // SAFETY: eventfd2 takes plain integers.
+    unsafe { call(Call::Other, libc::SYS_eventfd2, [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0]) }.map(|fd| fd as i32)
+}
