@@ -16,7 +16,10 @@ use std::path::PathBuf;
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
 uprobe-run's. Refusals (static or setuid program, missing library, bad config) print one line
-and exit with status 2 before the program starts.
+and exit with status 2 before the program starts. The handlers' uprobe_exit and the end-of-run
+lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
+such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
+ending that cannot report.
 
 With --pid, uprobe-run attaches to the running process PID instead: it loads the runtime
 into it (if it is not there), runs the handlers' uprobe_init there and stays in the
@@ -38,7 +41,27 @@ Config entries come before command-line ones; --output overrides `output`.
 
 Environment: UPROBE_LIB overrides the runtime library. Without it, uprobe-run preloads
 libuprobe.so from beside itself, or else the copy it carries, written once to
-$XDG_CACHE_HOME/uprobe-run/ (default ~/.cache; /tmp/uprobe-run-UID if that cannot be written)."
+$XDG_CACHE_HOME/uprobe-run/ (default ~/.cache; /tmp/uprobe-run-UID if that cannot be written).
+
+Examples:
+  # The classic example: a probe at myfunc's address (nm of a non-PIE program), each hit told
+  uprobe-run --handlers uprobe_example.so --param vaddr=0x401126 ./myprog
+  # The same by name (PIE programs, libraries): --param symbol=myfunc or symbol=libc:malloc
+  uprobe-run --handlers uprobe_example.so --param symbol=myfunc ./myprog
+  # Count hits per probe, a table at the end
+  uprobe-run --handlers libcount.so --param probes=main,myfunc,libc.so.6:printf ./myprog
+  # Each call of myfunc and what it returns (a return probe)
+  uprobe-run --handlers uretprobe_example.so --param func=myfunc ./myprog
+  # An event per call, no code to write (the kernel's uprobe_events syntax)
+  uprobe-run -e 'p:myfunc ./myprog:myfunc n=%di:s32' ./myprog
+  # Attach to a running process; Ctrl-C detaches
+  uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
+
+Bundled handlers (cargo build --release writes them to target/release/):
+  uprobe_example.so     the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
+                        verbose=0 to count only
+  uretprobe_example.so  calls and return values: --param func=NAME (or an 0x address)
+  libcount.so           hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
 )]
 pub struct Cli {
     /// Handler library to load (repeatable; loaded in the order given).

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -427,6 +427,34 @@ fn sigterm_duration_and_the_process_exit_end_the_session() {
     assert_eq!(status.code(), Some(0), "{lines:?}");
     assert_eq!(lines.last().unwrap(), "Probepoint was hit 2 times", "{lines:?}");
     assert_eq!(session.own_lines().last().unwrap(), &format!("uprobe-run: process {pid} exited"));
+}
+
+#[test]
+fn a_process_killed_during_the_session_is_said_to_have_ended_without_the_report() {
+    need_ptrace!();
+    let prog = myprog();
+    let example = artefact("uprobe_example.so");
+    let vaddr = format!("vaddr={:#x}", nm_address(&prog, "myfunc"));
+    let mut target = Target::start(&prog, &["--stdin"]);
+    let mut session = Session::start(target.pid, &["--handlers", path(&example), "--param", &vaddr]);
+    target.send("call");
+    target.out.expect("myfunc(0)");
+    let pid = target.pid;
+    // SAFETY: kill takes plain integers; the target is our child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    drop(target.stdin.take());
+    let status = target.child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    let (status, lines) = session.wait();
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.starts_with("Probepoint was hit")), "{lines:?}");
+    assert_eq!(
+        session.own_lines().last().unwrap(),
+        &format!(
+            "uprobe-run: process {pid} ended without the handlers' uprobe_exit: killed by a signal, or ended by \
+             _exit (an attached runtime takes over neither)"
+        )
+    );
 }
 
 #[test]

@@ -188,3 +188,31 @@ fn config_file_names_handlers_and_parameters() {
         ),
     );
 }
+
+#[test]
+fn help_ends_with_examples_of_every_bundled_handler() {
+    let out = uprobe_run_raw(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let examples = help.split("\nExamples:\n").nth(1).expect("an Examples section");
+    let (examples, bundled) = examples.split_once("\nBundled handlers").expect("a Bundled handlers section");
+    for handler in ["uprobe_example.so", "uretprobe_example.so", "libcount.so"] {
+        assert!(examples.contains(&format!("--handlers {handler}")), "no example of {handler}:\n{examples}");
+        assert!(bundled.contains(handler), "{handler} not named:\n{bundled}");
+        // Each one named is one the build makes.
+        artefact(handler);
+    }
+    assert!(examples.contains("uprobe-run -e '"), "no event example:\n{examples}");
+    assert!(examples.contains("uprobe-run --pid "), "no attach example:\n{examples}");
+}
+
+#[test]
+fn version_names_the_runtime() {
+    let out = uprobe_run_raw(&["--version"]);
+    assert!(out.status.success());
+    let runtime = artefact("libuprobe.so");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("uprobe-run {}\nruntime: {} (beside uprobe-run)\n", env!("CARGO_PKG_VERSION"), runtime.display())
+    );
+}

@@ -140,6 +140,7 @@ impl Session {
         drop(theirs);
         let pidfd = net::pidfd(self.pid()).map_err(AttachError::Socket)?;
         let mut phase = Phase::Loading;
+        let mut exiting = false;
         let mut detach_wanted = false;
         let mut held: Option<Stopped> = None;
         let mut attach_pause = self.pause;
@@ -232,13 +233,13 @@ impl Session {
                         }
                         return Ok(0);
                     }
-                    Some(FromAgent::Exiting) => {}
+                    Some(FromAgent::Exiting) => exiting = true,
                     Some(FromAgent::Hello { .. }) => return Err(self.protocol("a second hello")),
-                    None => return self.agent_gone(phase, &ours, &pidfd),
+                    None => return self.agent_gone(phase, &ours, &pidfd, exiting),
                 }
             }
             if ready[3] {
-                return self.agent_gone(phase, &ours, &pidfd);
+                return self.agent_gone(phase, &ours, &pidfd, exiting);
             }
         }
     }
@@ -275,8 +276,9 @@ impl Session {
     }
 
     /// The agent went away without detaching: the process exited or exec'd. Returns the exit
-    /// status.
-    fn agent_gone(&mut self, phase: Phase, ours: &OwnedFd, pidfd: &OwnedFd) -> Result<i32, AttachError> {
+    /// status. `exiting`: the agent said the process was exiting, its libraries' `uprobe_exit`
+    /// done.
+    fn agent_gone(&mut self, phase: Phase, ours: &OwnedFd, pidfd: &OwnedFd, exiting: bool) -> Result<i32, AttachError> {
         // The agent's socket closes while the process is still on its way out.
         let _ = net::poll(&[pidfd.as_raw_fd()], Some(EXIT_GRACE));
         self.relay(ours);
@@ -293,7 +295,11 @@ impl Session {
             Some(AttachError::ExecdDuringAttach { now, .. }) => {
                 eprintln!("uprobe-run: process {pid} exec'd {now}: the session ended with the program it ran");
             }
-            Some(_) => eprintln!("uprobe-run: process {pid} exited"),
+            Some(_) if exiting => eprintln!("uprobe-run: process {pid} exited"),
+            Some(_) => eprintln!(
+                "uprobe-run: process {pid} ended without the handlers' uprobe_exit: killed by a signal, or ended by \
+                 _exit (an attached runtime takes over neither)"
+            ),
             None => {
                 eprintln!("uprobe-run: process {pid}: the runtime's agent ended without detaching");
                 return Ok(REFUSED);
