@@ -17,7 +17,8 @@ use thiserror::Error;
 use crate::trace::fetch::{self, FetchArg, Site};
 
 /// The most fetchargs an event may have (one fault bit each in a record).
-pub const MAX_ARGS: usize = 64;
+/// At most as many fetchargs as a record has fault bits.
+pub const MAX_ARGS: usize = 32;
 pub const DEFAULT_GROUP: &str = "uprobes";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use core::fmt::Write;
 
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Base, FetchArg, Type};
-use crate::trace::record::{COMM, FAULT, HEADER_LEN};
+use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
 
 /// A fetched value, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub struct Header {
     pub addr: u64,
     pub caller: u64,
     pub cpu: u32,
-    pub faults: u64,
+    pub faults: u32,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -46,20 +46,28 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 }
 
 pub fn header(rec: &[u8]) -> Option<Header> {
+    let word = u32_at(rec, 24)?;
+    let has_caller = (word >> 16) as u16 & CALLER != 0;
     Some(Header {
         event: u32_at(rec, 4)?,
         clock: u64_at(rec, 8)?,
         addr: u64_at(rec, 16)?,
-        caller: u64_at(rec, 24)?,
-        cpu: u32_at(rec, 32)?,
-        faults: u64_at(rec, 40)?,
+        caller: if has_caller { u64_at(rec, HEADER_LEN)? } else { 0 },
+        cpu: word & 0xffff,
+        faults: u32_at(rec, 28)?,
     })
+}
+
+/// Where a record's fetchargs start: after the fixed part, and the caller word if any.
+fn args_start(rec: &[u8]) -> Option<usize> {
+    let flags = (u32_at(rec, 24)? >> 16) as u16;
+    Some(if flags & CALLER != 0 { HEADER_LEN + 8 } else { HEADER_LEN })
 }
 
 /// The fetched values of a record of an event with `args`.
 pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
-    let faults = u64_at(rec, 40)?;
-    let mut at = HEADER_LEN;
+    let faults = u32_at(rec, 28)?;
+    let mut at = args_start(rec)?;
     let mut out = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
         let faulted = faults & (1 << i) != 0;
@@ -367,7 +375,7 @@ mod tests {
 
     fn record(faults: u64, payload: &[u8]) -> Vec<u8> {
         let mut r = vec![0u8; HEADER_LEN];
-        r[40..48].copy_from_slice(&faults.to_le_bytes());
+        r[28..32].copy_from_slice(&(faults as u32).to_le_bytes());
         r.extend_from_slice(payload);
         r
     }

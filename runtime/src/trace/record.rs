@@ -8,8 +8,9 @@
 //!
 //! ```text
 //! 0  u32 size   4 u32 event   8 u64 clock reading   16 u64 address (the probe; a return
-//! event: the function)   24 u64 caller (return events)   32 u32 cpu   36 u32 0
-//! 40 u64 fault bits (bit i: fetcharg i could not be read)   48 the fetchargs, in order:
+//! event: the function)   24 u16 cpu   26 u16 flags (CALLER: a caller word follows)
+//! 28 u32 fault bits (bit i: fetcharg i could not be read)   [32 u64 caller: return events]
+//! then the fetchargs, in order:
 //!    a number: u64 (as read, not yet extended or cut to its bitfield)
 //!    an array of N numbers: N u64s
 //!    a string: u32 length, then its bytes; FAULT for a fault, COMM for `$comm`
@@ -23,7 +24,10 @@ use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
 use crate::trace::fetch::{Base, Fetch, FetchArg};
 
-pub const HEADER_LEN: usize = 48;
+/// The fixed part of every record; a return event's caller word follows it.
+pub const HEADER_LEN: usize = 32;
+/// Flag: the caller word follows the fixed part.
+pub const CALLER: u16 = 1;
 /// A string's length word for a string that could not be read.
 pub const FAULT: u32 = u32::MAX;
 /// A string's length word for `$comm`, which the drain thread fills in.
@@ -93,22 +97,25 @@ struct Header {
 }
 
 fn write(w: &mut Writer, ev: &Event, regs: &PtRegs, h: &Header) -> Result<(), Full> {
+    // Kept small: at these rates, the bytes written are most of a record's cost.
     w.put_u32(0)?;
     w.put_u32(h.index)?;
     w.put_u64(h.clock)?;
     w.put_u64(h.addr)?;
-    w.put_u64(h.caller)?;
-    w.put_u32(h.cpu)?;
+    let flags = if h.caller != 0 { CALLER } else { 0 };
+    w.put_u32(h.cpu & 0xffff | u32::from(flags) << 16)?;
     w.put_u32(0)?;
-    w.put_u64(0)?;
-    let mut faults = 0u64;
+    if h.caller != 0 {
+        w.put_u64(h.caller)?;
+    }
+    let mut faults = 0u32;
     let file_base = ev.file_base.load(core::sync::atomic::Ordering::Relaxed);
     for (i, arg) in ev.args.iter().enumerate() {
         if !fetch_arg(w, arg, regs, file_base)? {
             faults |= 1 << i;
         }
     }
-    w.patch_u64(40, faults);
+    w.patch_u32(28, faults);
     Ok(())
 }
 
