@@ -37,6 +37,15 @@ impl<T> Mutex<T> {
         MutexGuard { lock: self }
     }
 
+    /// The lock if it is free now, without waiting (code that may run where the lock's holder
+    /// is the very thread it interrupted: a fatal signal's end-of-run report).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(MutexGuard { lock: self })
+    }
+
     fn unlock(&self) {
         if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
             sys::futex_wake(&self.state, 1);
