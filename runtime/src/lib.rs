@@ -10,6 +10,7 @@
 //!
 //! The crate is layered; each folder imports only from the ones listed after it:
 //! - [`api`]: the face: the exported C API, handler libraries, start-up;
+//! - [`aggregate`]: those events counted, histograms and function latency, reported;
 //! - [`trace`]: events from `uprobe_events` definitions, their records and the stream;
 //! - [`hazard`]: the process around us: signals, fork, dlopen, descriptors, unwinders;
 //! - [`probe`]: the probe core: table, placement batches, hit dispatch, return probes;
@@ -17,6 +18,7 @@
 //! - [`base`]: system calls, the allocator, the output, ELF symbols, the run's spec.
 #![deny(unsafe_code)]
 
+pub mod aggregate;
 pub mod api;
 pub mod base;
 pub mod hazard;

@@ -9,7 +9,7 @@ use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 
 use crate::base::{output, stats};
 use crate::probe::{deferred, report};
-use crate::trace;
+use crate::{aggregate, trace};
 
 type ExitFn = unsafe extern "C" fn();
 
@@ -52,6 +52,8 @@ pub extern "C" fn run_exits() {
     output::flush();
     // The event stream ends here, whatever ends the process through this path.
     trace::drain::finish();
+    // So do the aggregation reports.
+    aggregate::report::finish();
     report::report_missed();
     if stats::PRINT.load(core::sync::atomic::Ordering::Relaxed) {
         report::report_returns();

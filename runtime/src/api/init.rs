@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::aggregate;
 use crate::api::{exports, handlers};
 use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
@@ -125,7 +126,11 @@ extern "C" fn init() {
         lenient: spec.options.lenient,
         followed_exec: spec.options.followed_exec,
     };
-    setup::start(&settings);
+    if spec.aggregate.any() {
+        aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json);
+    } else {
+        setup::start(&settings);
+    }
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
             // Fail open: the runtime said once that it is off, the program runs unprobed.
