@@ -55,6 +55,10 @@ pub enum Error {
     Definition { def: String, reason: &'static str },
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]
     EventsFile { path: PathBuf, source: io::Error },
+    #[error("{option}: {reason}")]
+    Aggregate { option: &'static str, reason: &'static str },
+    #[error("{option} '{}': {reason}", one_line(.value))]
+    AggregateValue { option: &'static str, value: String, reason: &'static str },
     #[error("--list: {0}")]
     List(&'static str),
     #[error("{}: cannot create output file: {}", .path.display(), describe(.source))]

@@ -2,6 +2,7 @@
 //! itself with the program, the runtime preloaded.
 #![deny(unsafe_code)]
 
+mod aggregate;
 mod check;
 mod cli;
 mod config;
@@ -61,6 +62,7 @@ fn run() -> Result<Infallible, Error> {
             options.push(name.to_owned());
         }
     }
+    let aggregation = aggregate::records(&cli)?;
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
@@ -85,6 +87,7 @@ fn run() -> Result<Infallible, Error> {
     if let Some(size) = cli.buffer_size {
         extra.push(("buffer-size", size.to_string().into()));
     }
+    extra.extend(aggregation);
     let command = if cli.list {
         // -l [PATTERN] [--] PROGRAM: the listing runs the program's start-up only.
         let (pattern, command) = list_arguments(&cli.command)?;
