@@ -98,6 +98,19 @@ impl Block {
         self.word(i).load(Ordering::Acquire)
     }
 
+    /// The address of word `i`, to find it again with [`Block::at_address`].
+    #[inline(always)]
+    pub fn address_of(self, i: usize) -> usize {
+        self.0 + 8 * i
+    }
+
+    /// The block holding the word at `address` (from [`Block::address_of`]), and a word
+    /// index that is 0 at that word.
+    #[inline(always)]
+    pub fn at_address(address: usize) -> (Block, usize) {
+        (Block(address), 0)
+    }
+
     /// The thread that owns the block now (on the hit path: the calling thread).
     #[inline(always)]
     pub fn owner_tid(self) -> i32 {

@@ -10,7 +10,7 @@
 //! take); its key or values are counted as not kept.
 
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::buckets::log2_index;
@@ -31,6 +31,8 @@ static UNBLOCKED: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 pub static NS_PER_TICK: AtomicU64 = AtomicU64::new(1 << 32);
 /// The interval being counted (reports turn it over; see `report`).
 pub static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Whether reports come every `--interval` (timed calls then keep each interval's extremes).
+pub static INTERVALS: AtomicBool = AtomicBool::new(false);
 
 /// Makes the per-event counters of hits without a block (start-up).
 pub fn init_unblocked(events: usize) {
@@ -157,25 +159,34 @@ fn caller_at_entry(regs: &PtRegs) -> u64 {
     }
 }
 
-/// Where a timed call's entry reading is kept: the first word of `ri->data`.
-fn started_at(ri: *mut UretprobeInstance) -> *mut u64 {
-    (ri as usize + core::mem::size_of::<UretprobeInstance>()) as *mut u64
+/// The bytes of `ri->data` a timed call keeps from its entry to its return: the clock
+/// reading, and where its function's words are in the thread's block (0 without a block).
+/// A return runs on the thread of its entry (its record is in that thread's return stack), so
+/// the return finds the block without looking it up again.
+pub const LATENCY_DATA: usize = 16;
+
+fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
+    (ri as usize + core::mem::size_of::<UretprobeInstance>()) as *mut [u64; 2]
 }
 
 /// The entry handler of every timed function: notes the time and counts the call.
 ///
 /// # Safety
-/// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is 8.
+/// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is
+/// [`LATENCY_DATA`].
 pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, _regs: *mut PtRegs) -> c_int {
-    // SAFETY: the instance's data holds the 8 bytes the probe asked for.
-    unsafe { started_at(ri).write(clock::ticks()) };
     // SAFETY: as in `on_return`.
     let index = unsafe { (*((*ri).rp as *mut ReturnProbe)).event };
+    let mut words = 0;
     if let (Some((plans, p)), Some(b)) = (plan::get(index), blocks::mine()) {
         if let Some(l) = p.latency {
-            b.add(plans.latencies[l].at + ENTERED, 1);
+            let at = plans.latencies[l].at;
+            b.add(at + ENTERED, 1);
+            words = b.address_of(at);
         }
     }
+    // SAFETY: the instance's data holds the LATENCY_DATA bytes the probe asked for.
+    unsafe { data(ri).write([clock::ticks(), words as u64]) };
     0
 }
 
@@ -185,13 +196,14 @@ pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, _regs: *mut P
 /// As [`latency_entry`].
 pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut PtRegs) {
     let now = clock::ticks();
-    // SAFETY: as in `latency_entry`; the entry handler wrote the first data word.
-    let (index, started) = unsafe { ((*((*ri).rp as *mut ReturnProbe)).event, started_at(ri).read()) };
-    let Some((plans, p)) = plan::get(index) else { return };
-    let Some(l) = p.latency else { return };
-    let Some(b) = blocks::mine() else { return no_block(index) };
+    // SAFETY: as in `latency_entry`; the entry handler wrote the data.
+    let [started, words] = unsafe { data(ri).read() };
+    if words == 0 {
+        // SAFETY: as in `on_return`.
+        return no_block(unsafe { (*((*ri).rp as *mut ReturnProbe)).event });
+    }
+    let (b, at) = Block::at_address(words as usize);
     let ns = ((u128::from(now.saturating_sub(started)) * u128::from(NS_PER_TICK.load(Ordering::Relaxed))) >> 32) as u64;
-    let at = plans.latencies[l].at;
     let calls = b.get(at + CALLS);
     b.set(at + CALLS, calls + 1);
     b.add(at + TOTAL, ns);
@@ -202,7 +214,7 @@ pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut 
         b.set(at + MAX, ns);
     }
     b.add(at + LAT_HIST + log2_index(ns), 1);
-    if plans.request.interval_ns.is_some() {
+    if INTERVALS.load(Ordering::Relaxed) {
         interval_extremes(b, at, ns);
     }
 }

@@ -43,7 +43,7 @@ impl Frontend for Aggregator {
                     entry: hit::on_entry,
                     ret: hit::latency_return,
                     ret_entry: Some(hit::latency_entry),
-                    data_size: 8,
+                    data_size: hit::LATENCY_DATA,
                 },
             })
             .collect()
@@ -72,6 +72,7 @@ impl Frontend for Aggregator {
             )
         })?;
         hit::init_unblocked(events.len());
+        hit::INTERVALS.store(plans.request.interval_ns.is_some(), core::sync::atomic::Ordering::Relaxed);
         if !plans.latencies.is_empty() {
             report::calibrate_start(CALIBRATION_NS);
         }

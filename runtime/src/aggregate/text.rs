@@ -94,8 +94,12 @@ fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot
         let _ = writeln!(out, "{:<width$} {n:>12}", events[i].name);
     }
     if rest > 0 {
-        let _ =
-            writeln!(out, "({} more: {})", plural(rest as u64, "event", "events"), plural(rest_hits, "hit", "hits"));
+        let _ = writeln!(
+            out,
+            "({rest} more {}: {})",
+            if rest == 1 { "event" } else { "events" },
+            plural(rest_hits, "hit", "hits")
+        );
     }
     out.push('\n');
 }
@@ -116,8 +120,13 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
         let _ = writeln!(out, "  {:<width$} {:>12}", r.text, r.count);
     }
     if k.rest.0 > 0 {
-        let _ =
-            writeln!(out, "  ({} more: {})", plural(k.rest.0 as u64, "key", "keys"), plural(k.rest.1, "hit", "hits"));
+        let _ = writeln!(
+            out,
+            "  ({} more {}: {})",
+            k.rest.0,
+            if k.rest.0 == 1 { "key" } else { "keys" },
+            plural(k.rest.1, "hit", "hits")
+        );
     }
     if k.dropped > 0 {
         let _ = writeln!(
