@@ -364,6 +364,15 @@ fn calls_left_by_longjmp_or_an_exception_are_reported_not_timed() {
     }
     let r = run(&args(&["--latency", &format!("{x}:outer"), &x]));
     assert!(r.output.contains("\n(3 calls did not return: 3 left by longjmp or an exception)\n"), "{}", r.output);
+
+    // A call still running on another thread when the process ends.
+    let r = run(&args(&["--latency", &format!("{p}:stuck"), &p, "stuck"]));
+    assert_eq!(r.stdout, "stuck 1\n");
+    assert_eq!(
+        r.output,
+        "latency stuck: 0 calls, total 0 ns, min -, mean -, max -\n\
+         (1 call did not return: 1 still running on other threads or in processes that ended)\n\n"
+    );
 }
 
 #[test]

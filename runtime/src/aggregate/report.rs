@@ -194,12 +194,13 @@ fn report(end: bool) {
     let Some(plans) = plan::plans() else { return };
     let mut guard = state();
     let mut fresh = None;
-    let r = match guard.as_mut().and_then(|g| g.as_mut()) {
-        Some(r) => r,
-        None => fresh.insert(Reporter::new(clock::monotonic_ns())),
+    // Without the state (the interval thread held it too long), the whole run's numbers.
+    let (r, known) = match guard.as_mut().and_then(|g| g.as_mut()) {
+        Some(r) => (r, true),
+        None => (fresh.insert(Reporter::new(clock::monotonic_ns())), false),
     };
     calibrate();
-    let intervals = plans.request.interval_ns.is_some();
+    let intervals = plans.request.interval_ns.is_some() && known;
     let cumulative = plans.request.cumulative;
     let now_ns = clock::monotonic_ns();
     let now = merge::take(plans);
