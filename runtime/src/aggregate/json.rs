@@ -9,7 +9,7 @@
 //! {"kind":"count","event":"malloc","group":"uprobes","by":"size","key":32,"count":5011}
 //! {"kind":"hist","event":"malloc","group":"uprobes","arg":"size","count":1532,"faults":0,
 //!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded
-//! {"kind":"latency","function":"work","event":"work__return","count":12,"total_ns":...,
+//! {"kind":"latency","function":"work","event":"work__return","probe":"jump","count":12,"total_ns":...,
 //!  "min_ns":...,"max_ns":...,"mean_ns":...,"buckets":[[1048576,2097152,12]]}
 //! ```
 //!
@@ -99,6 +99,7 @@ pub fn write(
         json_string(out, names.function(plan.event).as_bytes());
         out.push_str(",\"event\":");
         json_string(out, events[plan.event].name.as_bytes());
+        out.push_str(if names.trapped(plan.event) { ",\"probe\":\"int3\"" } else { ",\"probe\":\"jump\"" });
         let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
         let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
         let _ = write!(
@@ -176,6 +177,9 @@ mod tests {
         fn function(&mut self, _: usize) -> String {
             "work".into()
         }
+        fn trapped(&mut self, _: usize) -> bool {
+            false
+        }
     }
 
     #[test]
@@ -234,7 +238,7 @@ mod tests {
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","count":3,"keys":1,"dropped":0,"unblocked":0}"#,
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","key":"0x1f","count":3}"#,
                 r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
-                r#"{"kind":"latency","pid":9,"function":"work","event":"w__return","count":0,"total_ns":0,"min_ns":null,"max_ns":null,"mean_ns":null,"buckets":[]}"#,
+                r#"{"kind":"latency","pid":9,"function":"work","event":"w__return","probe":"jump","count":0,"total_ns":0,"min_ns":null,"max_ns":null,"mean_ns":null,"buckets":[]}"#,
             ]
         );
     }

@@ -26,8 +26,8 @@ use crate::aggregate::tables::{EventView, Frame, Interval, Left, Names};
 use crate::aggregate::{json, text};
 use crate::base::abi::Uretprobe;
 use crate::base::lock::{Mutex, MutexGuard};
-use crate::base::{output, sys};
-use crate::probe::{deferred, place, registry, retprobe};
+use crate::base::{maps, output, sys};
+use crate::probe::{deferred, place, registry, retprobe, table};
 use crate::trace::clock;
 use crate::trace::events::{self, Probe};
 use crate::trace::format::Symbols;
@@ -234,7 +234,7 @@ fn report(end: bool) {
     let all = events::all();
     let views: Vec<EventView> =
         all.iter().map(|e| EventView { name: &e.name, group: &e.group, args: &e.args }).collect();
-    let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &shown.names };
+    let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &shown.names, maps: None };
     let mut out = String::new();
     if plans.request.json {
         json::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
@@ -284,6 +284,8 @@ struct Known<'a> {
     r: &'a mut Reporter,
     deadline: u64,
     owners: &'a [(i32, [u8; 16])],
+    /// The address space, read when an address has no symbol.
+    maps: Option<Vec<maps::Mapping>>,
 }
 
 impl Known<'_> {
@@ -304,7 +306,13 @@ impl Symbols for Known<'_> {
         if let Some(s) = self.r.symbols.get(&addr) {
             return s.clone();
         }
-        match self.symbol(addr) {
+        // No symbol (a stripped library's own function): FILE+OFFSET, as tracefs takes it.
+        let name = self.symbol(addr).or_else(|| {
+            let m = maps::find(self.maps.get_or_insert_with(maps::current), addr as usize)?.clone();
+            let file = m.path.rsplit('/').next().filter(|_| m.is_file())?;
+            Some(format!("{file}+{:#x}", addr as usize - m.start + m.offset))
+        });
+        match name {
             Some(s) => {
                 self.r.symbols.insert(addr, s.clone());
                 s
@@ -335,6 +343,11 @@ impl Names for Known<'_> {
             }
             None => format!("tid {tid}"),
         }
+    }
+
+    fn trapped(&mut self, event: usize) -> bool {
+        let addr = events::all().get(event).map_or(0, |e| e.address());
+        addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jump_active.load(Ordering::SeqCst))
     }
 
     fn function(&mut self, event: usize) -> String {

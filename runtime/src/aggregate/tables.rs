@@ -14,6 +14,9 @@ pub trait Names: Symbols {
     fn comm(&mut self, tid: i32) -> String;
     /// The function timed by event `event`.
     fn function(&mut self, event: usize) -> String;
+    /// Whether event `event`'s probe is an `int3` (a timed call then includes the return
+    /// from its trap).
+    fn trapped(&mut self, event: usize) -> bool;
 }
 
 /// An event as reports name it.
@@ -217,6 +220,9 @@ mod tests {
         fn function(&mut self, _: usize) -> String {
             "f".into()
         }
+        fn trapped(&mut self, _: usize) -> bool {
+            false
+        }
     }
 
     fn request(by: &str, top: Option<usize>) -> Request {
@@ -293,7 +299,8 @@ mod tests {
         let rows = keyed(&plans, &snap, &views, 0, &mut Fake).rows;
         assert_eq!(
             rows.iter().map(|r| (r.json.as_str(), r.count)).collect::<Vec<_>>(),
-            [("\"t200\"", 5), ("\"worker\"", 5)]
+            [("\"worker\"", 5), ("\"t200\"", 5)],
+            "equal counts in the keys' order"
         );
         let plans = build(&info, &request("caller", None)).unwrap();
         let snap = Snapshot { keys: [(key(0, 0x1010), 4)].into_iter().collect(), ..snap };

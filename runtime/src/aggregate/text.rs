@@ -78,6 +78,9 @@ pub fn write(
             ns(lat.max)
         );
         buckets::write(out, &Scale::Log2, &lat.hist);
+        if names.trapped(plan.event) {
+            out.push_str("(an int3 probe: each time includes the return from its trap; see --verbose)\n");
+        }
         if let Some(left) = left.get(l).filter(|_| frame.end) {
             not_returned(out, left);
         }
@@ -198,6 +201,9 @@ mod tests {
         }
         fn function(&mut self, _: usize) -> String {
             "work".into()
+        }
+        fn trapped(&mut self, _: usize) -> bool {
+            false
         }
     }
 
