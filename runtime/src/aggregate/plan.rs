@@ -65,6 +65,9 @@ pub struct EventPlan {
     pub hists: Vec<usize>,
     /// Index into [`Plans::latencies`] for a `--latency` event.
     pub latency: Option<usize>,
+    /// One of several events of one definition (a glob): text reports leave it out while it
+    /// has nothing to show.
+    pub shared: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +179,14 @@ fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
 pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError> {
     let counted: Vec<usize> = (0..events.len()).filter(|&i| !events[i].latency).collect();
     let mut plans: Vec<EventPlan> = (0..events.len())
-        .map(|_| EventPlan { count: 0, simple: true, key: None, hists: Vec::new(), latency: None })
+        .map(|i| EventPlan {
+            count: 0,
+            simple: true,
+            key: None,
+            hists: Vec::new(),
+            latency: None,
+            shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
+        })
         .collect();
     let mut hists = Vec::new();
     for h in &request.hists {

@@ -112,11 +112,35 @@ pub fn hist_title(name: &str, scale: &crate::aggregate::buckets::Scale) -> Strin
 }
 
 /// The unkeyed counts, largest first: (event, hits), and the events left out by `--top`.
-pub fn counts(plans: &Plans, snap: &Snapshot) -> (Vec<(usize, u64)>, (usize, u64)) {
-    let mut rows: Vec<(usize, u64)> =
-        (0..plans.events.len()).filter(|&i| plans.events[i].latency.is_none()).map(|i| (i, snap.counts[i])).collect();
+/// `all`: also the events of a glob that were not hit (else they are left out).
+pub fn counts(plans: &Plans, snap: &Snapshot, all: bool) -> (Vec<(usize, u64)>, (usize, u64)) {
+    let mut rows: Vec<(usize, u64)> = (0..plans.events.len())
+        .filter(|&i| plans.events[i].latency.is_none() && (all || shown(plans, i, snap.counts[i])))
+        .map(|i| (i, snap.counts[i]))
+        .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     top(rows, plans.request.top, |r| r.1)
+}
+
+/// Whether text reports show event `i`, with `n` to show: events of a glob only when they
+/// have something.
+pub fn shown(plans: &Plans, i: usize, n: u64) -> bool {
+    !plans.events[i].shared || n > 0
+}
+
+/// How many events of globs (counted ones, or timed ones) a text report leaves out for
+/// having nothing to show.
+pub fn idle(plans: &Plans, snap: &Snapshot, timed: bool) -> usize {
+    (0..plans.events.len())
+        .filter(|&i| plans.events[i].latency.is_some() == timed)
+        .filter(|&i| {
+            let n = match plans.events[i].latency {
+                Some(l) => snap.latencies[l].entered.max(snap.latencies[l].calls),
+                None => snap.counts[i],
+            };
+            !shown(plans, i, n)
+        })
+        .count()
 }
 
 fn top<T>(mut rows: Vec<T>, n: Option<usize>, count: impl Fn(&T) -> u64) -> (Vec<T>, (usize, u64)) {

@@ -43,12 +43,16 @@ pub fn write(
     if plans.request.count {
         if plans.by.is_some() {
             for (i, p) in plans.events.iter().enumerate() {
-                if p.key.is_some() {
+                if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
                     keyed(out, plans, events, snap, i, names);
                 }
             }
         } else {
             counts(out, plans, events, snap);
+        }
+        let idle = tables::idle(plans, snap, false);
+        if idle > 0 && plans.by.is_some() {
+            let _ = writeln!(out, "({idle} more {} of globs, not hit)\n", if idle == 1 { "event" } else { "events" });
         }
     }
     for (h, plan) in plans.hists.iter().enumerate() {
@@ -65,6 +69,9 @@ pub fn write(
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
         let lat = &snap.latencies[l];
+        if !tables::shown(plans, plan.event, lat.entered.max(lat.calls)) {
+            continue;
+        }
         let ns = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ns"));
         let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
         let _ = writeln!(
@@ -87,10 +94,15 @@ pub fn write(
         not_kept(out, "", snap.unblocked[plan.event], "calls");
         out.push('\n');
     }
+    let idle = tables::idle(plans, snap, true);
+    if idle > 0 {
+        let _ =
+            writeln!(out, "({idle} more {} of globs, not called)\n", if idle == 1 { "function" } else { "functions" });
+    }
 }
 
 fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot) {
-    let (rows, (rest, rest_hits)) = tables::counts(plans, snap);
+    let (rows, (rest, rest_hits)) = tables::counts(plans, snap, false);
     let width = rows.iter().map(|&(i, _)| events[i].name.len()).max().unwrap_or(0).max(5);
     let _ = writeln!(out, "{:<width$} {:>12}", "EVENT", "COUNT");
     for (i, n) in rows {
@@ -103,6 +115,10 @@ fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot
             if rest == 1 { "event" } else { "events" },
             plural(rest_hits, "hit", "hits")
         );
+    }
+    let idle = tables::idle(plans, snap, false);
+    if idle > 0 {
+        let _ = writeln!(out, "({idle} more {} of globs, not hit)", if idle == 1 { "event" } else { "events" });
     }
     out.push('\n');
 }
@@ -299,6 +315,44 @@ mod tests {
                  (1 call did not return: 1 left by longjmp or an exception)\n\
                  \n"
             )
+        );
+    }
+
+    #[test]
+    fn events_of_a_glob_that_were_not_hit_are_left_out() {
+        let info: Vec<EventInfo> = ["str_a", "str_b", "str_c", "f"]
+            .iter()
+            .map(|n| EventInfo {
+                name: n,
+                group: "g",
+                definition: if n.starts_with("str") { "p x:str*" } else { "p x:f" },
+                kind: Kind::Entry,
+                args: &[],
+                latency: false,
+                at_entry: true,
+            })
+            .collect();
+        let request = Request {
+            count: true,
+            by: None,
+            top: None,
+            hists: Vec::new(),
+            latency: Vec::new(),
+            interval_ns: None,
+            cumulative: false,
+            json: false,
+        };
+        let plans = build(&info, &request).unwrap();
+        let snap =
+            Snapshot { counts: vec![0, 4, 0, 0], dropped: vec![0; 4], unblocked: vec![0; 4], ..Snapshot::default() };
+        let views: Vec<EventView> =
+            info.iter().map(|e| EventView { name: e.name, group: e.group, args: e.args }).collect();
+        let frame = Frame { pid: 1, interval: None, end: true, ts: 0 };
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &[], &mut Fake);
+        assert_eq!(
+            out,
+            "EVENT        COUNT\nstr_b            4\nf                0\n(2 more events of globs, not hit)\n\n"
         );
     }
 }
