@@ -58,15 +58,24 @@ struct Reporter {
     comms: BTreeMap<i32, String>,
     symbols: BTreeMap<u64, String>,
     functions: BTreeMap<usize, String>,
+    /// The line that opens a text report of a program reached by a followed exec (its
+    /// reports come besides those of the program that exec'd it).
+    title: Option<String>,
 }
 
 static STATE: Mutex<Option<Reporter>> = Mutex::new(None);
 
-/// Starts the reports (start-up, once the events' probes are placed).
-pub fn start() {
+/// Starts the reports (start-up, once the events' probes are placed); `followed_exec`: this
+/// program was reached by an exec that uprobe-run followed.
+pub fn start(followed_exec: bool) {
     OWNER.store(sys::getpid(), Ordering::Relaxed);
     let now = clock::monotonic_ns();
-    *STATE.lock() = Some(Reporter::new(now));
+    let mut r = Reporter::new(now);
+    if followed_exec {
+        let program = sys::readlink(c"/proc/self/exe").unwrap_or_else(|_| "?".into());
+        r.title = Some(format!("pid {} ({program}):\n", sys::getpid()));
+    }
+    *STATE.lock() = Some(r);
     if let Some(period) = plan::plans().and_then(|p| p.request.interval_ns) {
         spawn(period);
     }
@@ -82,6 +91,7 @@ impl Reporter {
             comms: BTreeMap::new(),
             symbols: BTreeMap::new(),
             functions: BTreeMap::new(),
+            title: None,
         }
     }
 }
@@ -239,6 +249,7 @@ fn report(end: bool) {
     if plans.request.json {
         json::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
     } else {
+        out.push_str(names.r.title.as_deref().unwrap_or(""));
         text::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
     }
     let r = names.r;

@@ -109,7 +109,7 @@ pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> bool {
     if !setup::start_with(settings, Some(&Aggregator { request })) {
         return false;
     }
-    report::start();
+    report::start(settings.followed_exec);
     extern "C" fn child() {
         blocks::after_fork();
     }
