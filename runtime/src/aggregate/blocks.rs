@@ -98,17 +98,18 @@ impl Block {
         self.word(i).load(Ordering::Acquire)
     }
 
-    /// The address of word `i`, to find it again with [`Block::at_address`].
+    /// The address of word `i`, to find it again with [`Block::from_word`].
     #[inline(always)]
     pub fn address_of(self, i: usize) -> usize {
         self.0 + 8 * i
     }
 
-    /// The block holding the word at `address` (from [`Block::address_of`]), and a word
-    /// index that is 0 at that word.
+    /// The words of a block from the one at `address` on (an address from
+    /// [`Block::address_of`]), numbered from 0 there: a part of the block (a timed
+    /// function's words) addressed on its own.
     #[inline(always)]
-    pub fn at_address(address: usize) -> (Block, usize) {
-        (Block(address), 0)
+    pub fn from_word(address: usize) -> Block {
+        Block(address)
     }
 
     /// The thread that owns the block now (on the hit path: the calling thread).

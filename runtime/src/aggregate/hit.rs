@@ -202,28 +202,29 @@ pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut 
         // SAFETY: as in `on_return`.
         return no_block(unsafe { (*((*ri).rp as *mut ReturnProbe)).event });
     }
-    let (b, at) = Block::at_address(words as usize);
+    // The function's words in the thread's block, numbered from 0.
+    let b = Block::from_word(words as usize);
     let ns = ((u128::from(now.saturating_sub(started)) * u128::from(NS_PER_TICK.load(Ordering::Relaxed))) >> 32) as u64;
-    let calls = b.get(at + CALLS);
-    b.set(at + CALLS, calls + 1);
-    b.add(at + TOTAL, ns);
-    if calls == 0 || ns < b.get(at + MIN) {
-        b.set(at + MIN, ns);
+    let calls = b.get(CALLS);
+    b.set(CALLS, calls + 1);
+    b.add(TOTAL, ns);
+    if calls == 0 || ns < b.get(MIN) {
+        b.set(MIN, ns);
     }
-    if ns > b.get(at + MAX) {
-        b.set(at + MAX, ns);
+    if ns > b.get(MAX) {
+        b.set(MAX, ns);
     }
-    b.add(at + LAT_HIST + log2_index(ns), 1);
+    b.add(LAT_HIST + log2_index(ns), 1);
     if INTERVALS.load(Ordering::Relaxed) {
-        interval_extremes(b, at, ns);
+        interval_extremes(b, ns);
     }
 }
 
 /// Min and max of the interval being counted: two sets, one per parity of the epoch, each
 /// tagged with the epoch (plus one) it holds; the first call of an epoch starts its set over.
-fn interval_extremes(b: Block, at: usize, ns: u64) {
+fn interval_extremes(b: Block, ns: u64) {
     let epoch = EPOCH.load(Ordering::Relaxed);
-    let set = at + SETS + 3 * (epoch as usize & 1);
+    let set = SETS + 3 * (epoch as usize & 1);
     if b.get(set) != epoch + 1 {
         b.set(set + 1, ns);
         b.set(set + 2, ns);
