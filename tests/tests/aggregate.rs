@@ -162,10 +162,13 @@ fn counts_by_an_argument_follow_its_distribution() {
         .collect();
     assert_eq!(rows, (1..=20).rev().map(|v| (v, v)).collect::<Vec<_>>(), "each size v is passed v times");
 
-    let r = run(&args(&["--count", "--by", "size", "--top", "3", "-e", &def, &p, "counts"]));
+    // An event without the argument is counted as a whole.
+    let tick = format!("p {p}:tick");
+    let r = run(&args(&["--count", "--by", "size", "--top", "3", "-e", &def, "-e", &tick, &p, "counts"]));
     assert_eq!(
         r.output,
-        "count sized by size: 210 hits, 20 keys\n  size        COUNT\n  20             20\n  19             19\n  18             18\n  (17 more keys: 153 hits)\n\n"
+        "count sized by size: 210 hits, 20 keys\n  size        COUNT\n  20             20\n  19             19\n  18             18\n  (17 more keys: 153 hits)\n\n\
+         EVENT        COUNT\ntick          1000\n\n"
     );
 
     // The caller: every call comes from one place in main.
@@ -483,7 +486,7 @@ fn what_does_not_fit_is_refused_before_the_program_starts() {
         (args(&["--hist", "nosuch.v", "-e", &value]), "uprobe-run: --hist 'nosuch.v': no event named nosuch (events: value)".into()),
         (args(&["--hist", "value.w", "-e", &value]), "uprobe-run: --hist 'value.w': event value has no argument w (its arguments: v)".into()),
         (args(&["--lhist", "value.v,0,10,3", "-e", &value]), "uprobe-run: --lhist 'value.v,0,10,3': expected a STEP above 0 that divides MAX - MIN".into()),
-        (args(&["--count", "--by", "w", "-e", &value]), "uprobe-run: --by 'w': event value has no argument w, and w is not tid, comm or caller".into()),
+        (args(&["--count", "--by", "w", "-e", &value]), "uprobe-run: --by 'w': no event has an argument w (event value has none), and w is not tid, comm or caller".into()),
         (
             args(&["--hist", "value.v", "-e", &value, "-e", &format!("p {p}:tick")]),
             format!("uprobe-run: event tick ('p {p}:tick') is neither counted nor in a histogram: add --count, or --hist tick.ARG"),

@@ -141,7 +141,9 @@ pub enum PlanError {
     NoEvent { option: &'static str, text: String, pattern: String, known: String },
     #[error("{option} '{text}': event {event} has no argument {arg} (its arguments: {has})")]
     NoArg { option: &'static str, text: String, event: String, arg: String, has: String },
-    #[error("--by '{key}': event {event} has no argument {key}, and {key} is not tid, comm or caller")]
+    #[error(
+        "--by '{key}': no event has an argument {key} (event {event} has none), and {key} is not tid, comm or caller"
+    )]
     NoKey { key: String, event: String },
     #[error("{option} '{text}': argument {arg} of event {event} is {what}: a histogram needs a number")]
     NotNumber { option: &'static str, text: String, event: String, arg: String, what: &'static str },
@@ -254,11 +256,15 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                     }
                     "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
                     "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
-                    _ => return Err(PlanError::NoKey { key: b.name.clone(), event: e.name.to_string() }),
+                    // An event without the argument is counted as a whole.
+                    _ => continue,
                 },
             };
             plans[i].key = Some(key);
             plans[i].simple = false;
+        }
+        if let Some(&first) = counted.first().filter(|_| counted.iter().all(|&i| plans[i].key.is_none())) {
+            return Err(PlanError::NoKey { key: b.name.clone(), event: events[first].name.to_string() });
         }
     }
     if !request.count {
@@ -413,7 +419,17 @@ mod tests {
         assert!(matches!(build(&[info("malloc", &a, false)], &r), Err(PlanError::ArrayKey { .. })));
         r.by = Some("zz".into());
         let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert_eq!(e.to_string(), "--by 'zz': event malloc has no argument zz, and zz is not tid, comm or caller");
+        assert_eq!(
+            e.to_string(),
+            "--by 'zz': no event has an argument zz (event malloc has none), and zz is not tid, comm or caller"
+        );
+        let none: Vec<FetchArg> = Vec::new();
+        let two = build(
+            &[info("malloc", &a, false), info("free", &none, false)],
+            &Request { by: Some("size".into()), ..r.clone() },
+        )
+        .unwrap();
+        assert_eq!((two.events[0].key, two.events[1].key), (Some(Key::Arg(0)), None), "free is counted as a whole");
         r.by = Some("caller".into());
         let mid = EventInfo { at_entry: false, ..info("mid", &a, false) };
         assert!(matches!(build(&[mid], &r), Err(PlanError::CallerUnknown { .. })));

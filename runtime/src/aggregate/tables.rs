@@ -111,11 +111,13 @@ pub fn hist_title(name: &str, scale: &crate::aggregate::buckets::Scale) -> Strin
     }
 }
 
-/// The unkeyed counts, largest first: (event, hits), and the events left out by `--top`.
+/// The counts of the events not counted by key, largest first: (event, hits), and the events
+/// left out by `--top`.
 /// `all`: also the events of a glob that were not hit (else they are left out).
 pub fn counts(plans: &Plans, snap: &Snapshot, all: bool) -> (Vec<(usize, u64)>, (usize, u64)) {
     let mut rows: Vec<(usize, u64)> = (0..plans.events.len())
-        .filter(|&i| plans.events[i].latency.is_none() && (all || shown(plans, i, snap.counts[i])))
+        .filter(|&i| plans.events[i].latency.is_none() && plans.events[i].key.is_none())
+        .filter(|&i| all || shown(plans, i, snap.counts[i]))
         .map(|i| (i, snap.counts[i]))
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

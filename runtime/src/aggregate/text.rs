@@ -41,17 +41,17 @@ pub fn write(
         let _ = writeln!(out, "interval {}{cumulative}: {}-{} s{end}", i.index, seconds(i.from_ns), seconds(i.to_ns));
     }
     if plans.request.count {
-        if plans.by.is_some() {
-            for (i, p) in plans.events.iter().enumerate() {
-                if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
-                    keyed(out, plans, events, snap, i, names);
-                }
+        for (i, p) in plans.events.iter().enumerate() {
+            if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
+                keyed(out, plans, events, snap, i, names);
             }
-        } else {
+        }
+        let whole = plans.events.iter().any(|p| p.latency.is_none() && p.key.is_none());
+        if whole {
             counts(out, plans, events, snap);
         }
         let idle = tables::idle(plans, snap, false);
-        if idle > 0 && plans.by.is_some() {
+        if idle > 0 && !whole {
             let _ = writeln!(out, "({idle} more {} of globs, not hit)\n", if idle == 1 { "event" } else { "events" });
         }
     }
