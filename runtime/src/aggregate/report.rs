@@ -41,6 +41,8 @@ const GRACE_NS: u64 = 1_000_000;
 /// The process that made the blocks, which alone reports.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 static FINISHED: AtomicBool = AtomicBool::new(false);
+/// Whether the interval thread runs (in this process).
+static INTERVAL_THREAD: AtomicBool = AtomicBool::new(false);
 /// The first calibration point of `clock::ticks` (ticks, ns).
 static TICKS0: AtomicU64 = AtomicU64::new(0);
 static NS0: AtomicU64 = AtomicU64::new(0);
@@ -165,6 +167,7 @@ fn spawn(period: u64) {
     // SAFETY: a thread running `main`, whose argument is the period as a number.
     let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, period as *mut libc::c_void) };
     if rc == 0 {
+        INTERVAL_THREAD.store(true, Ordering::SeqCst);
         // SAFETY: a thread just created, never joined.
         unsafe { libc::pthread_detach(thread) };
     } else {
@@ -172,6 +175,14 @@ fn spawn(period: u64) {
         output::message(format_args!("cannot start the interval reports (error {rc}): one report at the end only"));
     }
     sys::set_signal_mask(old);
+}
+
+/// In the child of `fork`: the interval thread stayed in the parent (the child reports
+/// nothing: the parent counts its hits), so it no longer counts as a runtime thread here.
+pub fn after_fork() {
+    if INTERVAL_THREAD.swap(false, Ordering::SeqCst) {
+        place::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The run's last report (see the module doc); later calls, and calls in a forked child,

@@ -112,6 +112,7 @@ pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> bool {
     report::start(settings.followed_exec);
     extern "C" fn child() {
         blocks::after_fork();
+        report::after_fork();
     }
     // SAFETY: a plain function that stays loaded for the life of the process.
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
