@@ -12,7 +12,9 @@
 //!   HITCOST_ONLY  comma-separated engines to run (sigtrap, int3, jump, kernel, ptrace-ool,
 //!                 ptrace, ptrace-xcpu), `startup`, `attach` and/or `trace` (an event with a
 //!                 register and a string fetcharg: uprobe-run -e against the kernel's trace
-//!                 event); the baseline rows always run
+//!                 event) and/or `aggregate` (uprobe-run --count and --latency against the
+//!                 counting handler, an entry+return probe with empty handlers and kernel
+//!                 uprobes); the baseline rows always run
 
 use std::fs;
 use std::str::FromStr;
@@ -346,6 +348,75 @@ fn plan_attach(engines: &Engines) -> Vec<AttachRow> {
     rows
 }
 
+/// The median over `runs` runs of `f`'s ns per call.
+fn median_of(runs: usize, f: &dyn Fn() -> Result<Measurement, Failure>) -> Result<f64, String> {
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        samples.push(f().map_err(|e| e.reason().to_string())?.ns_per_call());
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// The aggregation rows: (label, ns per hit over the plain call, median), in the order
+/// [`print_aggregate`] compares them.
+fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Result<f64, String>)> {
+    use uprobe_bench::engines::aggregate;
+    let runs = settings.runs;
+    let job = |engine, kind, hits| Job { engine, kind, function: "f_push", threads: 1, hits };
+    let baseline = median_of(runs, &|| engines.run(&job(Engine::None, Kind::Call, 5_000_000)));
+    let over = |r: Result<f64, String>| match (&baseline, r) {
+        (Ok(b), Ok(v)) => Ok(v - b),
+        (Err(e), _) => Err(e.clone()),
+        (_, Err(e)) => Err(e),
+    };
+    let ours = |f: &dyn Fn(&UprobeRun) -> Result<Measurement, Failure>| match &engines.uprobe_run {
+        Ok(u) => over(median_of(runs, &|| f(u))),
+        Err(e) => Err(e.clone()),
+    };
+    let (fixture, scratch) = (&engines.fixture, &engines.scratch);
+    vec![
+        (
+            "jump probe, counting handler (bench_handler.so)".into(),
+            over(median_of(runs, &|| engines.run(&job(Engine::Jump, Kind::Entry, 5_000_000)))),
+        ),
+        ("uprobe-run --count (jump probe)".into(), ours(&|u| aggregate::run_count(u, fixture, 5_000_000, scratch))),
+        (
+            "entry+return probe, empty handlers (bench_handler.so empty=1)".into(),
+            ours(&|u| aggregate::run_empty(u, fixture, 2_000_000, scratch)),
+        ),
+        ("uprobe-run --latency (jump probe)".into(), ours(&|u| aggregate::run_latency(u, fixture, 2_000_000, scratch))),
+        (
+            "kernel uprobe, counted by perf".into(),
+            over(median_of(runs, &|| engines.run(&job(Engine::Kernel, Kind::Entry, 200_000)))),
+        ),
+        (
+            "kernel uprobe + uretprobe, counted by perf".into(),
+            over(median_of(runs, &|| engines.run(&job(Engine::Kernel, Kind::EntryReturn, 200_000)))),
+        ),
+    ]
+}
+
+fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
+    println!("\nAggregation on f_push (ns/hit over the plain call, median of {runs})");
+    let value = |i: usize| rows.get(i).and_then(|r| r.1.as_ref().ok().copied());
+    for (i, (label, r)) in rows.iter().enumerate() {
+        match r {
+            Ok(ns) => {
+                let ratio = match i {
+                    1 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
+                    3 => value(2).map(|e| format!("  {:.2}x the empty entry+return probe", ns / e)),
+                    4 => value(1).map(|c| format!("  {:.1}x uprobe-run --count", ns / c)),
+                    5 => value(3).map(|l| format!("  {:.1}x uprobe-run --latency", ns / l)),
+                    _ => None,
+                };
+                println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
+            }
+            Err(e) => println!("  {label:<62} unavailable: {e}"),
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench targets without it,
     // and a test run is no place for minutes of measurements.
@@ -380,6 +451,7 @@ fn main() {
         attach = plan_attach(&engines);
         attach::measure(&engines.uprobe_run, &engines.fixture, &mut attach, settings.runs, &engines.scratch);
     }
+    let aggregate_rows = if settings.wanted("aggregate") { measure_aggregate(&engines, &settings) } else { Vec::new() };
 
     let report_fixture = engines.fixture.clone();
     let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup, attach };
@@ -387,6 +459,9 @@ fn main() {
     if !trace_rows.is_empty() {
         let def = uprobe_bench::engines::trace::definition(&report_fixture).unwrap_or_default();
         print_trace(&trace_rows, settings.runs, &def);
+    }
+    if !aggregate_rows.is_empty() {
+        print_aggregate(&aggregate_rows, settings.runs);
     }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");

@@ -5,6 +5,10 @@
  *   func=SYM         probe SYM with the kind below
  *   kind=K           entry (uprobe), return (uretprobe, return handler only) or
  *                    entry+return (uretprobe with an entry_handler); default entry
+ *   empty=1          with kind=entry+return: handlers that do next to nothing (a plain add
+ *                    to a counter of the thread's slot, so that the hits can still be
+ *                    checked), with 16 bytes of ri->data as --latency uses: the floor a
+ *                    handler-based measurement starts from
  *   probes=N         also put an entry probe on each of the fixture's p0000 .. p(N-1)
  *   probe_file=PATH  also put an entry probe on every "sym" or "module:sym" line of PATH
  *
@@ -67,6 +71,22 @@ static void on_return(struct uretprobe_instance *ri, struct pt_regs *regs) {
   (void)ri;
   (void)regs;
   __atomic_fetch_add(&my_slot()->returns, 1, __ATOMIC_RELAXED);
+}
+
+/* empty=1: single-threaded rows only, so plain adds count exactly. */
+static unsigned long plain_entries, plain_returns;
+
+static int on_entry_empty(struct uretprobe_instance *ri, struct pt_regs *regs) {
+  (void)ri;
+  (void)regs;
+  plain_entries++;
+  return 0;
+}
+
+static void on_return_empty(struct uretprobe_instance *ri, struct pt_regs *regs) {
+  (void)ri;
+  (void)regs;
+  plain_returns++;
 }
 
 static void on_other(struct uprobe *u, struct pt_regs *regs) {
@@ -172,6 +192,7 @@ int uprobe_init(void) {
   const char *kind_name = uprobe_param("kind");
   const char *probes = uprobe_param("probes");
   const char *file = uprobe_param("probe_file");
+  const char *empty = uprobe_param("empty");
   enum kind kind = KIND_ENTRY;
 
   if (kind_name && strcmp(kind_name, "return") == 0)
@@ -198,6 +219,11 @@ int uprobe_init(void) {
       return_probe.handler = on_return;
       if (kind == KIND_BOTH)
         return_probe.entry_handler = on_entry_of_return_probe;
+      if (kind == KIND_BOTH && empty && strcmp(empty, "1") == 0) {
+        return_probe.handler = on_return_empty;
+        return_probe.entry_handler = on_entry_empty;
+        return_probe.data_size = 16;
+      }
       rc = register_uretprobe(&return_probe);
       if (rc != 0) {
         uprobe_printf("error=register_uretprobe(%s): %d\n", func, rc);
@@ -229,6 +255,8 @@ void uprobe_exit(void) {
     returns += __atomic_load_n(&slots[i].returns, __ATOMIC_RELAXED);
     others += __atomic_load_n(&slots[i].others, __ATOMIC_RELAXED);
   }
+  entries += plain_entries;
+  returns += plain_returns;
   uprobe_printf("entries=%lu returns=%lu others=%lu registered=%d failed=%d\n", entries, returns,
                 others, registered, failed);
   for (int e = 0; e < MAX_ERRNO; e++)

@@ -54,6 +54,9 @@ Examples:
   uprobe-run --handlers uretprobe_example.so --param func=myfunc ./myprog
   # An event per call, no code to write (the kernel's uprobe_events syntax)
   uprobe-run -e 'p:myfunc ./myprog:myfunc n=%di:s32' ./myprog
+  # malloc calls counted per size (the 10 most common), then how long each call takes
+  uprobe-run -e 'p:m libc:malloc size=%di:u64' --count --by size --top 10 ./myprog
+  uprobe-run --latency libc:malloc ./myprog
   # Attach to a running process; Ctrl-C detaches
   uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
 
@@ -138,6 +141,40 @@ pub struct Cli {
     /// int3 in padding or data never fires or corrupts what it replaces.
     #[arg(long)]
     pub raw_address: bool,
+    /// Count the events instead of streaming them; a report at the end (and every --interval).
+    #[arg(long)]
+    pub count: bool,
+
+    /// With --count: counts per KEY, an argument name of the events, tid, comm or caller (the
+    /// return address, as symbol+offset).
+    #[arg(long, value_name = "KEY")]
+    pub by: Option<String>,
+
+    /// With --count: keep the N largest counts.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub top: Option<u64>,
+
+    /// A log2 histogram of an event's argument, as bpftrace's hist() (repeatable; EVENT may be
+    /// GRP/EVENT or a glob).
+    #[arg(long = "hist", value_name = "EVENT.ARG")]
+    pub hists: Vec<String>,
+
+    /// A linear histogram of an event's argument, as bpftrace's lhist() (repeatable).
+    #[arg(long = "lhist", value_name = "EVENT.ARG,MIN,MAX,STEP")]
+    pub lhists: Vec<String>,
+
+    /// Time every call of the functions at WHERE (as in a definition; globs allowed): calls,
+    /// total, min, max, mean and a log2 histogram in ns (repeatable).
+    #[arg(long, value_name = "WHERE")]
+    pub latency: Vec<String>,
+
+    /// A report every SECONDS (decimals allowed), each with that interval's own numbers.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub interval: Option<u64>,
+
+    /// With --interval: each report counts from the start of the run.
+    #[arg(long)]
+    pub cumulative: bool,
 
     /// List the functions that can be probed in PROGRAM and the libraries it loads, with
     /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
@@ -176,6 +213,15 @@ impl Format {
             Format::Chrome => "chrome",
         }
     }
+}
+
+/// A period in seconds (`1`, `0.5`), as nanoseconds: from 1 ms to a day.
+pub fn parse_seconds(text: &str) -> Result<u64, String> {
+    let seconds: f64 = text.trim().parse().map_err(|_| format!("expected seconds like 1 or 0.5, not {text:?}"))?;
+    if !(0.001..=86_400.0).contains(&seconds) {
+        return Err(format!("{text}: from 0.001 to 86400 seconds"));
+    }
+    Ok((seconds * 1e9).round() as u64)
 }
 
 /// A size in bytes: `65536`, `64K`, `1M`, `1G`.
@@ -312,6 +358,34 @@ mod tests {
         assert_eq!((cli.pid, cli.duration), (Some(42), Some(1.5)));
         assert!(cli.command.is_empty());
         assert_eq!(parse(&["--pid", "7"]).unwrap().pid, Some(7));
+    }
+
+    #[test]
+    fn aggregation_options() {
+        let cli = parse(&[
+            "--count",
+            "--by",
+            "size",
+            "--top",
+            "5",
+            "--hist",
+            "a.x",
+            "--lhist",
+            "a.x,0,100,10",
+            "--latency",
+            "libc:str*",
+            "--interval",
+            "0.5",
+            "--cumulative",
+            "./t",
+        ])
+        .unwrap();
+        assert!(cli.count && cli.cumulative);
+        assert_eq!((cli.by.as_deref(), cli.top, cli.interval), (Some("size"), Some(5), Some(500_000_000)));
+        assert_eq!((cli.hists.len(), cli.lhists.len(), cli.latency.len()), (1, 1, 1));
+        assert!(parse(&["--top", "0", "./t"]).is_err());
+        assert!(parse_seconds("0").is_err() && parse_seconds("x").is_err());
+        assert_eq!(parse_seconds("2"), Ok(2_000_000_000));
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub enum Error {
     Definition { def: String, reason: &'static str },
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]
     EventsFile { path: PathBuf, source: io::Error },
+    #[error("{option}: {reason}")]
+    Aggregate { option: &'static str, reason: &'static str },
+    #[error("{option} '{}': {reason}", one_line(.value))]
+    AggregateValue { option: &'static str, value: String, reason: &'static str },
     #[error("--list: {0}")]
     List(&'static str),
     #[error("{}: cannot create output file: {}", .path.display(), describe(.source))]
@@ -84,8 +88,8 @@ pub enum Error {
     )]
     ExecTooBig { path: PathBuf, spec: usize, total: usize, limit: usize },
     #[error(
-        "nothing to do: give a handler library (--handlers LIB.so) or an event definition \
-         (-e DEF, --events FILE); uprobe-run --help shows examples"
+        "nothing to do: give a handler library (--handlers LIB.so), an event definition \
+         (-e DEF, --events FILE) or --latency WHERE; uprobe-run --help shows examples"
     )]
     NothingToDo,
     #[error(

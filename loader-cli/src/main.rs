@@ -3,6 +3,7 @@
 //! process (see `attach`).
 #![deny(unsafe_code)]
 
+mod aggregate;
 mod attach;
 mod check;
 mod cli;
@@ -71,6 +72,7 @@ fn run() -> Result<Infallible, Error> {
             options.push(name.to_owned());
         }
     }
+    let aggregation = aggregate::records(&cli)?;
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
@@ -85,6 +87,7 @@ fn run() -> Result<Infallible, Error> {
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
+            (!aggregation.is_empty(), "--count/--hist/--lhist/--latency"),
         ] {
             if given {
                 return Err(Error::NotWithPid(option));
@@ -118,6 +121,7 @@ fn run() -> Result<Infallible, Error> {
     if let Some(size) = cli.buffer_size {
         extra.push(("buffer-size", size.to_string().into()));
     }
+    extra.extend(aggregation);
     let command = if cli.list {
         // -l [PATTERN] [--] PROGRAM: the listing runs the program's start-up only.
         let (pattern, command) = list_arguments(&cli.command)?;
@@ -130,7 +134,7 @@ fn run() -> Result<Infallible, Error> {
     let (name, args) = command.split_first().ok_or(Error::NoProgram)?;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
-    let has_events = extra.iter().any(|(key, _)| matches!(*key, "event" | "events" | "list"));
+    let has_events = extra.iter().any(|(key, _)| matches!(*key, "event" | "events" | "list" | "latency"));
     if handlers.is_empty() && !has_events && !check::calls_the_api(&program) {
         return Err(Error::NothingToDo);
     }

@@ -10,6 +10,7 @@
 //!
 //! The crate is layered; each folder imports only from the ones listed after it:
 //! - [`api`]: the face: the exported C API, handler libraries, start-up, the attach entry;
+//! - [`aggregate`]: those events counted, histograms and function latency, reported;
 //! - [`trace`]: events from `uprobe_events` definitions, their records and the stream;
 //! - [`attach`]: attach sessions in a running process: the agent thread and its session;
 //! - [`hazard`]: the process around us: signals, fork, dlopen, descriptors, unwinders;
@@ -18,6 +19,7 @@
 //! - [`base`]: system calls, the allocator, the output, ELF symbols, the run's spec.
 #![deny(unsafe_code)]
 
+pub mod aggregate;
 pub mod api;
 pub mod attach;
 pub mod base;

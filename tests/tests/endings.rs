@@ -262,3 +262,19 @@ fn a_crashing_uprobe_init_is_named_and_its_exit_is_not_called() {
     assert_eq!(run.stdout, "");
     assert_eq!(run.output, format!("uprobe-run: {}: uprobe_init() faulted: SIGSEGV at 0x0\n", handler.display()));
 }
+
+#[test]
+fn the_event_stream_and_the_aggregations_end_with_every_ending_too() {
+    let prog = endings();
+    let def = format!("p:w {}:work x=%di", prog.display());
+    for how in ["return", "_exit", "term", "segv", "exec"] {
+        let plain = run_plain(&prog, &[how]);
+        let stream = run_uprobe(&["-e", &def, prog.to_str().unwrap(), how]);
+        assert_same_ending(&plain.status, &stream.status, how);
+        let records: Vec<&str> = stream.output.lines().filter(|l| l.contains(" w: (work+0x0) x=")).collect();
+        assert_eq!(records.len(), 3, "{how}: {}", stream.output);
+        let counted = run_uprobe(&["-e", &def, "--count", prog.to_str().unwrap(), how]);
+        assert_same_ending(&plain.status, &counted.status, how);
+        assert_eq!(counted.output, "EVENT        COUNT\nw                3\n\n", "{how}");
+    }
+}

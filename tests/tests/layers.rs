@@ -10,7 +10,7 @@ use uprobe_tests::workspace_root;
 
 /// Bottom first. Front-ends beside the C API (tracing, aggregation, attach) sit between the
 /// hazards and the face when they exist.
-const LAYERS: &[&str] = &["base", "insn", "probe", "hazard", "trace", "attach", "api"];
+const LAYERS: &[&str] = &["base", "insn", "probe", "hazard", "trace", "aggregate", "attach", "api"];
 const MAX_LINES: usize = 560;
 
 /// `folder/file` -> its source without comments.

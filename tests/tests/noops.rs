@@ -30,8 +30,8 @@ fn a_run_with_nothing_to_do_is_refused() {
     let out = uprobe_run_raw(&["/bin/sh", "-c", &script]);
     assert_refused(
         &out,
-        "uprobe-run: nothing to do: give a handler library (--handlers LIB.so) or an event definition \
-         (-e DEF, --events FILE); uprobe-run --help shows examples",
+        "uprobe-run: nothing to do: give a handler library (--handlers LIB.so), an event definition \
+         (-e DEF, --events FILE) or --latency WHERE; uprobe-run --help shows examples",
         &marker,
     );
 }

@@ -2,6 +2,7 @@
 //! under uprobe-run (`int3`, `jump`), under a ptrace tracer (`ptrace`, `ptrace-ool`) and with
 //! kernel uprobes (`kernel`). Each run checks that the probe saw exactly the hits it should.
 
+pub mod aggregate;
 pub mod kernel;
 pub mod plain;
 pub mod ptrace;

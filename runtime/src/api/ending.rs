@@ -7,7 +7,7 @@
 //!    without the runtime): a handler library that crashes in `uprobe_exit` then cannot lose
 //!    the program's output;
 //! 3. every handler library's `uprobe_exit`, last loaded first;
-//! 4. the end of the event stream;
+//! 4. the end of the event stream, and the aggregations' reports;
 //! 5. the runtime's own lines: hits that ran no handler, and `--stats`.
 //!
 //! Before an `exec`, the probes still armed are then removed: if the exec fails all the same
@@ -25,7 +25,7 @@ use crate::attach;
 use crate::base::{output, stats, sys};
 use crate::hazard::endings::Ending;
 use crate::probe::{lifecycle, report};
-use crate::trace;
+use crate::{aggregate, trace};
 
 /// The process, and the thread, that started the report; and the process that finished it.
 static STARTED_PID: AtomicI32 = AtomicI32::new(0);
@@ -61,6 +61,7 @@ pub fn finish(how: Ending) {
     handlers::call_exits(matches!(how, Ending::Signal(_)));
     output::flush();
     trace::drain::finish();
+    aggregate::report::finish();
     report::report_missed();
     if stats::PRINT.load(Ordering::Relaxed) {
         report::report_returns();

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::aggregate;
 use crate::api::{ending, exports, handlers};
 use crate::base::lock::Mutex;
 use crate::base::spec::{self, Spec};
@@ -180,7 +181,11 @@ fn start(spec: &Spec) {
         lenient: spec.options.lenient,
         followed_exec: spec.options.followed_exec,
     };
-    setup::start(&settings);
+    if spec.aggregate.any() {
+        aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json);
+    } else {
+        setup::start(&settings);
+    }
     for path in &spec.handlers {
         if let Err(line) = handlers::load(path) {
             // Fail open: the runtime said once that it is off, the program runs unprobed.

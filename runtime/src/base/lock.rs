@@ -37,7 +37,8 @@ impl<T> Mutex<T> {
         MutexGuard { lock: self }
     }
 
-    /// The lock if it is free now, without waiting.
+    /// The lock if it is free now, without waiting (code that may run where the lock's holder
+    /// is the very thread it interrupted: a fatal signal's end-of-run report).
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         self.state
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)

@@ -25,6 +25,35 @@ pub struct Spec {
     pub buffer_size: Option<usize>,
     /// `list<TAB>PATTERN`: list the functions that can be probed and end (PATTERN may be empty).
     pub list: Option<String>,
+    /// What to aggregate instead of streaming events.
+    pub aggregate: Aggregate,
+}
+
+/// Aggregation records: events counted, histograms and latencies kept instead of a stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aggregate {
+    /// `count<TAB>`: count every event.
+    pub count: bool,
+    /// `by<TAB>KEY`: counts per KEY (an argument's name, `tid`, `comm` or `caller`).
+    pub by: Option<String>,
+    /// `top<TAB>N`: keep the N largest counts.
+    pub top: Option<usize>,
+    /// `hist<TAB>EVENT.ARG`, `lhist<TAB>EVENT.ARG,MIN,MAX,STEP`, in order.
+    pub hists: Vec<String>,
+    pub lhists: Vec<String>,
+    /// `latency<TAB>WHERE`: functions whose calls are timed.
+    pub latency: Vec<String>,
+    /// `interval<TAB>NS`: a report every NS nanoseconds.
+    pub interval_ns: Option<u64>,
+    /// `cumulative<TAB>`: interval reports count from the start.
+    pub cumulative: bool,
+}
+
+impl Aggregate {
+    /// Whether the run aggregates instead of streaming its events.
+    pub fn any(&self) -> bool {
+        self.count || !self.hists.is_empty() || !self.lhists.is_empty() || !self.latency.is_empty()
+    }
 }
 
 /// Behaviour switches, each an `option<TAB>NAME` record.
@@ -89,6 +118,16 @@ impl Spec {
                 },
                 "buffer-size" => spec.buffer_size = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
                 "list" => spec.list = Some(value.into()),
+                "count" => spec.aggregate.count = true,
+                "by" => spec.aggregate.by = Some(value.into()),
+                "top" => spec.aggregate.top = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
+                "hist" => spec.aggregate.hists.push(value.into()),
+                "lhist" => spec.aggregate.lhists.push(value.into()),
+                "latency" => spec.aggregate.latency.push(value.into()),
+                "interval" => {
+                    spec.aggregate.interval_ns = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?)
+                }
+                "cumulative" => spec.aggregate.cumulative = true,
                 "option" => match value {
                     "follow-exec" => spec.options.follow_exec = true,
                     "no-follow-fork" => spec.options.no_follow_fork = true,
@@ -158,6 +197,25 @@ mod tests {
         assert_eq!((s.format.as_deref(), s.buffer_size, s.list.as_deref()), (Some("json"), Some(4096), Some("")));
         assert!(s.options.lenient);
         assert_eq!(Spec::parse("format\txml"), Err(SpecError::BadValue("format\txml".into())));
+    }
+
+    #[test]
+    fn parses_aggregation_records() {
+        let s = Spec::parse(
+            "count\t\nby\tsize\ntop\t5\nhist\tmalloc.size\nlhist\tf.x,0,100,10\nlatency\tlibc:str*\n\
+             interval\t500000000\ncumulative\t\n",
+        )
+        .unwrap();
+        let a = &s.aggregate;
+        assert!(a.count && a.cumulative && a.any());
+        assert_eq!((a.by.as_deref(), a.top, a.interval_ns), (Some("size"), Some(5), Some(500_000_000)));
+        assert_eq!(
+            (a.hists.as_slice(), a.lhists.as_slice()),
+            (&["malloc.size".to_string()][..], &["f.x,0,100,10".to_string()][..])
+        );
+        assert_eq!(a.latency, ["libc:str*"]);
+        assert!(!Spec::parse("").unwrap().aggregate.any());
+        assert_eq!(Spec::parse("top\tx"), Err(SpecError::BadValue("top\tx".into())));
     }
 
     #[test]

@@ -130,6 +130,22 @@ pub fn thread_exists(tid: i32) -> bool {
     rc != -(libc::ESRCH as isize)
 }
 
+/// Whether thread `tid` of process `pid` still exists (any process: per-thread storage shared
+/// with forked children names its owners by both).
+pub fn thread_alive(pid: i32, tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the target exists.
+    let rc = unsafe { raw(libc::SYS_tgkill, [pid as usize, tid as usize, 0, 0, 0, 0]) };
+    rc != -(libc::ESRCH as isize)
+}
+
+/// The calling thread's name as the kernel keeps it (`comm`, NUL-padded; PR_GET_NAME).
+pub fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes to the buffer it is given.
+    let _ = unsafe { raw(libc::SYS_prctl, [libc::PR_GET_NAME as usize, name.as_mut_ptr() as usize, 0, 0, 0, 0]) };
+    name
+}
+
 pub fn getpid() -> i32 {
     // SAFETY: getpid takes no arguments.
     unsafe { raw(libc::SYS_getpid, [0; 6]) as i32 }
@@ -169,6 +185,16 @@ pub fn mmap_reserve(len: usize) -> Result<usize, Errno> {
     let prot = (libc::PROT_READ | libc::PROT_WRITE) as usize;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as usize;
     // SAFETY: an anonymous private mapping with no fixed address touches no existing memory.
+    unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
+}
+
+/// Reserves `len` bytes of anonymous read-write memory shared with the children this process
+/// forks (MAP_SHARED, MAP_NORESERVE: it costs nothing until touched): per-thread counters that
+/// a child's threads keep adding to, as the kernel's counts include a child's hits.
+pub fn mmap_shared_reserve(len: usize) -> Result<usize, Errno> {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as usize;
+    let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as usize;
+    // SAFETY: an anonymous mapping with no fixed address touches no existing memory.
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
 }
 

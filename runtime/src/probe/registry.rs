@@ -454,6 +454,12 @@ pub fn symbolize(addr: usize) -> Option<String> {
     state().view.symbolize(addr)
 }
 
+/// Like [`symbolize`], but None at once where the registry is busy (its holder may be the very
+/// thread asking: an end-of-run report from a fatal signal); Some(None): no symbol covers it.
+pub fn try_symbolize(addr: usize) -> Option<Option<String>> {
+    STATE.try_lock().map(|mut st| st.view.symbolize(addr))
+}
+
 /// Whether the main program is written in Go.
 pub fn main_is_go() -> bool {
     state().view.main_is_go()

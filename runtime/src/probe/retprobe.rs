@@ -296,6 +296,15 @@ pub fn pending_here(rp: *mut Uretprobe) -> usize {
     n
 }
 
+/// The real return address of the hooked call whose return address sits at `slot`, where a
+/// return probe put the trampoline's (hit path, thread busy: a front-end reading a caller).
+pub fn hooked_return(slot: usize) -> Option<usize> {
+    with_stack(thread::current(), |st| match st.find(slot) {
+        Lookup::Found(i) => Some(st.frames[i].orig),
+        Lookup::Missing => None,
+    })
+}
+
 /// Runs `f` on this thread's records with the thread marked busy (normal context; the
 /// interposers of `hazard::unwind`).
 fn with_records(f: impl FnOnce(&mut ReturnStack)) {

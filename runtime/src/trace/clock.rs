@@ -131,6 +131,24 @@ pub fn now() -> (u64, u32) {
     (monotonic_ns(), cpu)
 }
 
+/// A reading for measuring how long something took on one thread (hit path): the TSC alone
+/// where records use it, CLOCK_MONOTONIC ns otherwise (see [`ticks_are_ns`]).
+#[inline(always)]
+pub fn ticks() -> u64 {
+    if USE_TSC.load(Ordering::Relaxed) {
+        let (lo, hi): (u32, u32);
+        // SAFETY: rdtsc reads the time-stamp counter; checked at start-up.
+        unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack)) };
+        return (u64::from(hi) << 32) | u64::from(lo);
+    }
+    monotonic_ns()
+}
+
+/// Whether [`ticks`] are nanoseconds already (no TSC).
+pub fn ticks_are_ns() -> bool {
+    !USE_TSC.load(Ordering::Relaxed)
+}
+
 /// Takes a new calibration point (drain thread, before it converts a pass's records).
 pub fn calibrate() {
     if USE_TSC.load(Ordering::Relaxed) {

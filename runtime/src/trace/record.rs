@@ -231,3 +231,31 @@ fn string(w: &mut Writer, at: Option<u64>) -> Result<bool, Full> {
         }
     }
 }
+
+/// A number fetcharg's value as a record would hold it (as read, not yet cut to its type or
+/// bitfield), or None for a fault; for front-ends that use values without recording them
+/// (aggregation). Hit path, as the rest of this file.
+pub fn fetch_number(arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Option<u64> {
+    match &arg.fetch {
+        f @ (Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. }) => {
+            let at = address(f, regs, file_base)?;
+            let mut b = [0u8; 8];
+            usercopy::copy(&mut b[..usize::from(arg.ty.size).min(8)], at as usize).then(|| u64::from_le_bytes(b))
+        }
+        f => value(f, regs, file_base),
+    }
+}
+
+/// A string fetcharg's bytes, copied into `out` (cut at its length): how many, or None for a
+/// fault. `$comm` is not known here (None). Hit path.
+pub fn fetch_string(arg: &FetchArg, regs: &PtRegs, file_base: u64, out: &mut [u8]) -> Option<usize> {
+    match &arg.fetch {
+        Fetch::ImmediateString(s) => {
+            let n = s.len().min(out.len());
+            out[..n].copy_from_slice(&s[..n]);
+            Some(n)
+        }
+        Fetch::Comm => None,
+        f => usercopy::strncpy(out, address(f, regs, file_base)? as usize),
+    }
+}

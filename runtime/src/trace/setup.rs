@@ -5,12 +5,16 @@
 //! the probes that cannot be placed instead. A definition on a module not loaded yet waits
 //! for it (armed at its `dlopen`, as `module:symbol` probes are).
 //!
+//! A [`Frontend`] may take the events instead of the stream (aggregation): their probes then
+//! call its handlers, it may add definitions of its own, and it prepares before any probe is
+//! placed; records are not kept and no drain thread runs.
+//!
 //! Context: start-up (before the program's constructors and `main`), normal context.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::base::abi::{Uprobe, Uretprobe};
+use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler};
 use crate::base::elf::{self, ElfInfo, LoadedModule};
 use crate::base::{maps, output, sys};
 use crate::probe::symbols::View;
@@ -37,6 +41,45 @@ pub struct Settings {
     pub followed_exec: bool,
 }
 
+/// What the probe of an event calls.
+#[derive(Clone, Copy)]
+pub struct Handlers {
+    /// An entry event's handler.
+    pub entry: UprobeHandler,
+    /// A return event's return handler, its entry handler, and the bytes of `ri->data` they
+    /// share.
+    pub ret: UretprobeHandler,
+    pub ret_entry: Option<UretprobeEntryHandler>,
+    pub data_size: usize,
+}
+
+impl Handlers {
+    /// The stream's: each hit becomes a record.
+    pub const RECORD: Handlers =
+        Handlers { entry: record::on_entry, ret: record::on_return, ret_entry: None, data_size: 0 };
+}
+
+/// A definition a front-end adds to the run's (`--latency`): where it came from (`--latency`),
+/// its text (`r:GRP/ WHERE`), how much of the text the user did not write (refusals show the
+/// rest), and what its probe calls.
+pub struct Added {
+    pub origin: String,
+    pub text: String,
+    pub unwritten: usize,
+    pub handlers: Handlers,
+}
+
+/// Something that uses the run's events other than the stream.
+pub trait Frontend {
+    /// What the probes of the `-e` and `--events` definitions call.
+    fn handlers(&self) -> Handlers;
+    /// Definitions of its own.
+    fn added(&self) -> Vec<Added>;
+    /// Called with the events made (each knows its definition), before any probe is placed:
+    /// the line to refuse the run with, if what it was asked does not fit them.
+    fn prepare(&self, events: &'static [Event]) -> Result<(), String>;
+}
+
 /// Threads with a buffer of their own at once; more share nothing and drop their records.
 const THREADS: usize = 256;
 /// A thread's buffer when `--buffer-size` is not given.
@@ -44,10 +87,13 @@ pub const DEFAULT_BUFFER: usize = 1 << 20;
 /// Exit status of a run refused over its definitions.
 const REFUSED: i32 = 2;
 
-/// A definition and where it came from (`-e`, `FILE:LINE`).
+/// A definition and where it came from (`-e`, `FILE:LINE`, a front-end's).
 struct Source {
     origin: String,
     def: Definition,
+    /// Bytes at the start of the text that the user did not write (see [`Added`]).
+    unwritten: usize,
+    handlers: Handlers,
 }
 
 /// One probe a definition resolved to.
@@ -62,6 +108,11 @@ struct Target {
 /// Reads, resolves and registers the definitions and starts the stream; false when there
 /// are none.
 pub fn start(settings: &Settings) -> bool {
+    start_with(settings, None)
+}
+
+/// [`start`], the events going to `frontend` instead of the stream when one is given.
+pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool {
     let mut texts: Vec<(String, String)> = settings.events.iter().map(|t| ("-e".to_string(), t.clone())).collect();
     for file in &settings.files {
         let c = CString::new(file.as_str()).unwrap_or_default();
@@ -76,38 +127,57 @@ pub fn start(settings: &Settings) -> bool {
             }
         }
     }
-    if texts.is_empty() {
+    let handlers = frontend.map_or(Handlers::RECORD, |f| f.handlers());
+    let added = frontend.map(|f| f.added()).unwrap_or_default();
+    if texts.is_empty() && added.is_empty() {
         return false;
     }
     let mut sources = Vec::new();
     for (origin, text) in texts {
         match def::parse(&text) {
-            Ok(def) => sources.push(Source { origin, def }),
+            Ok(def) => sources.push(Source { origin, def, unwritten: 0, handlers }),
             Err(e) => refuse(&origin, &text, &e, settings),
         }
     }
-    let targets = registry::with_view(|view| resolve_all(view, &sources, settings));
-    let mut names: Vec<&str> = Vec::new();
-    for t in &targets {
-        if names.contains(&t.name.as_str()) {
-            let s = &sources[t.source];
-            let e = DefError { at: 0, what: format!("an event name not used before ({} is)", t.name) };
-            refuse(&s.origin, &s.def.text, &e, settings);
+    for a in added {
+        match def::parse(&a.text) {
+            Ok(def) => sources.push(Source { origin: a.origin, def, unwritten: a.unwritten, handlers: a.handlers }),
+            Err(e) => refuse_shown(&a.origin, &a.text, a.unwritten, &e, settings),
         }
-        names.push(&t.name);
+    }
+    let targets = registry::with_view(|view| resolve_all(view, &sources, settings));
+    // Event names are unique within their group, as in tracefs.
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    for t in &targets {
+        let s = &sources[t.source];
+        if names.contains(&(s.def.group.as_str(), t.name.as_str())) {
+            let e = DefError { at: 0, what: format!("an event name not used before ({} is)", t.name) };
+            refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+        }
+        names.push((&s.def.group, &t.name));
     }
     if targets.is_empty() {
         return false;
     }
-    if let Err(e) = buffers::init(THREADS, settings.buffer_size) {
-        output::message(format_args!("cannot reserve the event buffers: {}", std::io::Error::from_raw_os_error(e)));
-        return false;
+    if frontend.is_none() {
+        if let Err(e) = buffers::init(THREADS, settings.buffer_size) {
+            output::message(format_args!("cannot reserve the event buffers: {}", std::io::Error::from_raw_os_error(e)));
+            return false;
+        }
     }
     clock::init();
     events::publish(targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect());
+    if let Some(f) = frontend {
+        if let Err(line) = f.prepare(events::all()) {
+            refuse_line(&line, settings);
+        }
+    }
     registry::ON_ARMED.store(on_armed as fn(usize, usize) as usize, Ordering::Release);
     register(&targets, &sources, settings);
     set_file_bases();
+    if frontend.is_some() {
+        return true;
+    }
     drain::start(settings.format);
     if registry::VERBOSE.load(Ordering::Relaxed) {
         output::message(format_args!("{} events; records timed with {}", targets.len(), clock::describe()));
@@ -122,7 +192,7 @@ pub fn start(settings: &Settings) -> bool {
 }
 
 /// Says why the run cannot go on, and ends it before `main`, unless it is an exec'd program.
-fn refuse_line(line: &str, settings: &Settings) -> ! {
+pub fn refuse_line(line: &str, settings: &Settings) -> ! {
     if settings.followed_exec {
         output::message(format_args!("{line}"));
     }
@@ -132,7 +202,15 @@ fn refuse_line(line: &str, settings: &Settings) -> ! {
 }
 
 fn refuse(origin: &str, text: &str, e: &DefError, settings: &Settings) {
-    let line = format!("{origin} '{text}': {e}");
+    refuse_shown(origin, text, 0, e, settings);
+}
+
+/// [`refuse`] for a text whose first `unwritten` bytes the user did not write: the rest is
+/// shown, and the column counted in it.
+fn refuse_shown(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) {
+    let shown = text.get(unwritten..).unwrap_or(text);
+    let e = DefError { at: e.at.saturating_sub(unwritten), what: e.what.clone() };
+    let line = format!("{origin} '{shown}': {e}");
     if settings.lenient || settings.followed_exec {
         output::message(format_args!("{line}; skipped"));
         return;
@@ -149,7 +227,7 @@ fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Vec<
             Ok(found) => {
                 targets.extend(found.into_iter().map(|(name, spec, addr)| Target { source: i, name, spec, addr }))
             }
-            Err(e) => refuse(&s.origin, &s.def.text, &e, settings),
+            Err(e) => refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings),
         }
     }
     targets
@@ -300,7 +378,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
     let u = Uprobe {
         pid: 0,
         vaddr: t.addr as _,
-        handler: Some(record::on_entry),
+        handler: Some(s.handlers.entry),
         registration_callback: None,
         symbol_name,
         offset: 0,
@@ -311,9 +389,9 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         Kind::Return => Probe::Return(Box::into_raw(Box::new(ReturnProbe {
             rp: Uretprobe {
                 u: Uprobe { handler: None, ..u },
-                handler: Some(record::on_return),
-                entry_handler: None,
-                data_size: 0,
+                handler: Some(s.handlers.ret),
+                entry_handler: s.handlers.ret_entry,
+                data_size: s.handlers.data_size,
                 maxactive: 0,
                 nmissed: 0,
             },
@@ -355,7 +433,8 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
     for (i, e) in failed {
         let s = &sources[targets[i].source];
         let at = where_at(&s.def);
-        refuse(&s.origin, &s.def.text, &DefError { at, what: format!("a place a probe can go: {e}") }, settings);
+        let e = DefError { at, what: format!("a place a probe can go: {e}") };
+        refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
     }
 }
 

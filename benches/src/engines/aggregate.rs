@@ -1,0 +1,101 @@
+//! The aggregation rows (`HITCOST_ONLY=aggregate`): `uprobe-run --count` (an event counted per
+//! thread) and `uprobe-run --latency` (entry and return timed with the TSC) on `f_push`,
+//! through its jump probe, next to the floor of a handler-based entry+return probe
+//! (`bench_handler.so kind=entry+return empty=1`: handlers that do next to nothing, with the
+//! 16 bytes of `ri->data` `--latency` uses). Every run checks its count: the report's
+//! `count`, or the handler's.
+
+use super::uprobe_run::{HandlerReport, UprobeRun};
+use super::{check_hits, describe_exit, parse_report, run_command, Failure, Measurement};
+use crate::fixture::Fixture;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+/// The number after `"count":` in the first report line of `kind`.
+fn reported_count(output: &str, kind: &str) -> Option<u64> {
+    let line = output.lines().find(|l| l.contains(&format!("\"kind\":\"{kind}\"")))?;
+    let rest = &line[line.find("\"count\":")? + "\"count\":".len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// The fixture under uprobe-run with `options` (which print a JSON report), checking that
+/// the report of `kind` counted `hits` and that the probe took the jump.
+fn run_report(
+    u: &UprobeRun,
+    fixture: &Fixture,
+    options: &[String],
+    kind: &str,
+    hits: u64,
+    scratch: &Path,
+) -> Result<Measurement, Failure> {
+    let output = scratch.join("aggregate.out");
+    let mut cmd = Command::new(&u.bin);
+    cmd.env("UPROBE_LIB", &u.lib).arg("-o").arg(&output).args(["--verbose", "--format", "json"]).args(options);
+    cmd.arg("--").arg(&fixture.program).args(["loop", "f_push", &hits.to_string(), "1"]);
+    let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
+    let report = fs::read_to_string(&output).unwrap_or_default();
+    let _ = fs::remove_file(&output);
+    if !finished.status.success() {
+        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
+    }
+    let counted = reported_count(&report, kind)
+        .ok_or_else(|| Failure::Invalid(format!("no {kind} report in the output: {:?}", report.trim())))?;
+    check_hits(&format!("uprobe-run's {kind} report"), counted, hits)?;
+    let mut m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
+    m.strategy = super::uprobe_run::probe_strategy(&report);
+    Ok(m)
+}
+
+/// `uprobe-run --count -e 'p:hitcost/f_push PROGRAM:OFFSET'`.
+pub fn run_count(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let f = fixture.function("f_push");
+    let def = format!("p:hitcost/f_push {}:{:#x}", fixture.program.display(), f.file_offset);
+    run_report(u, fixture, &["--count".into(), "-e".into(), def], "count", hits, scratch)
+}
+
+/// `uprobe-run --latency PROGRAM:f_push`.
+pub fn run_latency(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let place = format!("{}:f_push", fixture.program.display());
+    run_report(u, fixture, &["--latency".into(), place], "latency", hits, scratch)
+}
+
+/// An entry+return probe on `f_push` whose handlers do next to nothing.
+pub fn run_empty(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let handler = fixture.handler.clone().map_err(Failure::Unavailable)?;
+    let output = scratch.join("aggregate-empty.out");
+    let mut cmd = Command::new(&u.bin);
+    cmd.env("UPROBE_LIB", &u.lib).arg("-o").arg(&output).arg("--verbose").arg("--handlers").arg(handler);
+    for p in ["func=f_push", "kind=entry+return", "empty=1"] {
+        cmd.arg("--param").arg(p);
+    }
+    cmd.arg("--").arg(&fixture.program).args(["loop", "f_push", &hits.to_string(), "1"]);
+    let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
+    let report = fs::read_to_string(&output).unwrap_or_default();
+    let _ = fs::remove_file(&output);
+    if !finished.status.success() {
+        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
+    }
+    let counts = HandlerReport::parse(&report)
+        .ok_or_else(|| Failure::Invalid(format!("bench_handler printed no counts: {:?}", report.trim())))?;
+    check_hits("the empty entry handler", counts.entries, hits)?;
+    check_hits("the empty return handler", counts.returns, hits)?;
+    let mut m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
+    m.strategy = super::uprobe_run::probe_strategy(&report);
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_read_from_the_report() {
+        let out = "uprobe-run: probe at 0x1 (f_push+0x0): jump\n\
+                   {\"kind\":\"latency\",\"pid\":3,\"function\":\"f_push\",\"count\":200,\"total_ns\":5}\n\
+                   {\"kind\":\"count\",\"pid\":3,\"event\":\"f_push\",\"count\":100}\n";
+        assert_eq!(reported_count(out, "count"), Some(100));
+        assert_eq!(reported_count(out, "latency"), Some(200));
+        assert_eq!(reported_count(out, "hist"), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! Per-thread blocks of counters: one reservation made at start-up, before any probe arms,
+//! of [`THREADS`] blocks laid out as `plan` says, touched only where counted.
+//!
+//! A thread claims a block with one compare-and-swap at its first hit (two system calls for
+//! its ids, no call into libc: that hit may come while glibc runs the new thread with every
+//! signal blocked). From then on only that thread writes the block, with plain loads and
+//! stores (relaxed atomics: no locked instruction); reports read every block and add them up.
+//! A block whose thread is gone is taken over by the next thread that finds none free, and
+//! keeps counting from where it was: sums do not care which thread counted.
+//!
+//! The reservation is shared with the children the process forks, as the kernel counts a
+//! child's hits with its parent's: a child's threads claim blocks of their own (the forking
+//! thread gives up its parent's in the child), and the process that made the blocks reports
+//! for all. Owners are named by process and thread id.
+//!
+//! Context: [`mine`] and [`Block`]'s writers run on the hit path; [`after_fork`] in a child;
+//! the rest at start-up and in reports.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use crate::aggregate::plan::{Layout, KEY_SLOTS};
+use crate::base::sys;
+
+/// Threads with a block at once; more count only their events' totals.
+pub const THREADS: usize = 256;
+/// Header words: the owner (pid << 32 | tid), how many claims the block has seen, and the
+/// last NAMES owners with their thread names (for `--by comm` after they are gone).
+const OWNER: usize = 0;
+const CLAIMS: usize = 1;
+const NAMES_AT: usize = 2;
+pub const NAMES: usize = 8;
+
+/// Marks in `MINE` besides a block's address.
+const NONE_YET: usize = 0;
+const NONE_TO_BE_HAD: usize = 1;
+
+pub struct Pool {
+    base: usize,
+    /// Bytes of a block (whole pages).
+    pub stride: usize,
+    /// Whether a claim records the thread's name (`--by comm`).
+    names: bool,
+}
+
+static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
+
+thread_local! {
+    /// The calling thread's block, or NONE_YET / NONE_TO_BE_HAD.
+    static MINE: Cell<usize> = const { Cell::new(NONE_YET) };
+}
+
+/// Reserves the blocks (start-up, before any probe is placed).
+pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
+    let stride = sys::page_ceil(layout.words * 8);
+    let base = sys::mmap_shared_reserve(THREADS * stride)?;
+    POOL.store(Box::into_raw(Box::new(Pool { base, stride, names })), Ordering::Release);
+    Ok(())
+}
+
+pub fn pool() -> Option<&'static Pool> {
+    // SAFETY: made once at start-up, never freed.
+    unsafe { POOL.load(Ordering::Acquire).as_ref() }
+}
+
+/// A thread's block: word-addressed counters.
+#[derive(Clone, Copy)]
+pub struct Block(usize);
+
+impl Block {
+    #[inline(always)]
+    fn word(self, i: usize) -> &'static AtomicU64 {
+        // SAFETY: blocks are mapped for the life of the process and `i` is below the layout's
+        // words (the plans' offsets); the word is 8-aligned and only used atomically.
+        unsafe { AtomicU64::from_ptr((self.0 + 8 * i) as *mut u64) }
+    }
+
+    #[inline(always)]
+    pub fn get(self, i: usize) -> u64 {
+        self.word(i).load(Ordering::Relaxed)
+    }
+
+    /// Sets word `i` (its owner only).
+    #[inline(always)]
+    pub fn set(self, i: usize, v: u64) {
+        self.word(i).store(v, Ordering::Relaxed);
+    }
+
+    /// Sets word `i` after the words written before it (its owner only): a reader that sees
+    /// this value sees them.
+    #[inline(always)]
+    pub fn publish(self, i: usize, v: u64) {
+        self.word(i).store(v, Ordering::Release);
+    }
+
+    /// Reads word `i` and what was written before it was published.
+    pub fn get_published(self, i: usize) -> u64 {
+        self.word(i).load(Ordering::Acquire)
+    }
+
+    /// The address of word `i`, to find it again with [`Block::from_word`].
+    #[inline(always)]
+    pub fn address_of(self, i: usize) -> usize {
+        self.0 + 8 * i
+    }
+
+    /// The words of a block from the one at `address` on (an address from
+    /// [`Block::address_of`]), numbered from 0 there: a part of the block (a timed
+    /// function's words) addressed on its own.
+    #[inline(always)]
+    pub fn from_word(address: usize) -> Block {
+        Block(address)
+    }
+
+    /// The thread that owns the block now (on the hit path: the calling thread).
+    #[inline(always)]
+    pub fn owner_tid(self) -> i32 {
+        self.get(OWNER) as u32 as i32
+    }
+
+    /// Adds to word `i` (its owner only): a load and a store, no locked instruction.
+    #[inline(always)]
+    pub fn add(self, i: usize, n: u64) {
+        self.set(i, self.get(i).wrapping_add(n));
+    }
+
+    /// Counts one hit of `event` under `key` in the block's table (its owner only); false when
+    /// the key found no room. A slot is `[tag, count, key words]`, tag 0 for a free one; a new
+    /// key's words are written before its tag, so a reader that sees the tag sees the key.
+    #[inline]
+    pub fn count_key(self, layout: &Layout, tag: u64, key: &[u64]) -> bool {
+        let mut h = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for &w in key {
+            h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+        let mut slot = (h >> 40) as usize % KEY_SLOTS;
+        // Bounded probing: a full table costs a hit no more than this.
+        for _ in 0..64 {
+            let at = layout.keys + slot * layout.slot_words;
+            let t = self.get(at);
+            if t == 0 {
+                for (i, &w) in key.iter().enumerate() {
+                    self.set(at + 2 + i, w);
+                }
+                self.set(at + 1, 1);
+                self.word(at).store(tag, Ordering::Release);
+                return true;
+            }
+            if t == tag && (0..key.len()).all(|i| self.get(at + 2 + i) == key[i]) {
+                self.add(at + 1, 1);
+                return true;
+            }
+            slot = (slot + 1) % KEY_SLOTS;
+        }
+        false
+    }
+
+    /// The counted keys: (tag, count, key words) of each slot in use (reports).
+    pub fn keys(self, layout: &Layout) -> impl Iterator<Item = (u64, u64, &'static [AtomicU64])> {
+        let b = self;
+        let layout = *layout;
+        (0..KEY_SLOTS).filter_map(move |slot| {
+            let at = layout.keys + slot * layout.slot_words;
+            let tag = b.word(at).load(Ordering::Acquire);
+            if tag == 0 {
+                return None;
+            }
+            // SAFETY: the key words of this slot, inside the block (see `word`).
+            let key =
+                unsafe { core::slice::from_raw_parts((b.0 + 8 * (at + 2)) as *const AtomicU64, layout.key_words) };
+            Some((tag, b.get(at + 1), key))
+        })
+    }
+
+    /// The last owners of the block: (tid, name) each, newest first (reports).
+    pub fn owners(self) -> Vec<(i32, [u8; 16])> {
+        let claims = self.get(CLAIMS) as usize;
+        (0..claims.min(NAMES))
+            .map(|k| {
+                let at = NAMES_AT + 3 * ((claims - 1 - k) % NAMES);
+                let mut name = [0u8; 16];
+                name[..8].copy_from_slice(&self.get(at + 1).to_le_bytes());
+                name[8..].copy_from_slice(&self.get(at + 2).to_le_bytes());
+                (self.get(at) as u32 as i32, name)
+            })
+            .collect()
+    }
+}
+
+/// The calling thread's block, claimed at its first hit (hit path).
+#[inline(always)]
+pub fn mine() -> Option<Block> {
+    match MINE.with(Cell::get) {
+        NONE_YET => claim(),
+        NONE_TO_BE_HAD => None,
+        b => Some(Block(b)),
+    }
+}
+
+fn owner_word(pid: i32, tid: i32) -> u64 {
+    (u64::from(pid as u32) << 32) | u64::from(tid as u32)
+}
+
+#[cold]
+fn claim() -> Option<Block> {
+    let pool = pool()?;
+    let me = owner_word(sys::getpid(), sys::gettid());
+    let block = |i: usize| Block(pool.base + i * pool.stride);
+    let free = (0..THREADS)
+        .find(|&i| block(i).word(OWNER).compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+    // None free: take over one whose thread is gone.
+    let found = free.or_else(|| {
+        (0..THREADS).find(|&i| {
+            let owner = block(i).word(OWNER).load(Ordering::Acquire);
+            owner != 0
+                && !sys::thread_alive((owner >> 32) as i32, owner as u32 as i32)
+                && block(i).word(OWNER).compare_exchange(owner, me, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        })
+    });
+    let Some(i) = found else {
+        MINE.with(|m| m.set(NONE_TO_BE_HAD));
+        return None;
+    };
+    let b = block(i);
+    let claims = b.get(CLAIMS);
+    let at = NAMES_AT + 3 * (claims as usize % NAMES);
+    let name = if pool.names { sys::thread_name() } else { [0; 16] };
+    b.set(at, me & 0xffff_ffff);
+    b.set(at + 1, u64::from_le_bytes(name[..8].try_into().unwrap_or_default()));
+    b.set(at + 2, u64::from_le_bytes(name[8..].try_into().unwrap_or_default()));
+    b.word(CLAIMS).store(claims + 1, Ordering::Release);
+    MINE.with(|m| m.set(b.0));
+    Some(b)
+}
+
+/// Every block a thread ever claimed (reports).
+pub fn used() -> Vec<Block> {
+    let Some(pool) = pool() else { return Vec::new() };
+    (0..THREADS)
+        .map(|i| Block(pool.base + i * pool.stride))
+        .filter(|b| b.word(CLAIMS).load(Ordering::Acquire) != 0)
+        .collect()
+}
+
+/// In the child of `fork`: the forking thread's block is its parent thread's, which goes on
+/// counting there; the child's thread claims its own at its next hit.
+pub fn after_fork() {
+    MINE.with(|m| m.set(NONE_YET));
+}

@@ -1,0 +1,240 @@
+//! The aggregating handlers: what a hit of a counted event, and an entry and a return of a
+//! timed function, do. They run on the hit path (signal context on the `int3` path, stub or
+//! trampoline context otherwise), with the thread marked busy by the core: no allocation, no
+//! lock, no system call (but a thread's first hit's, in `blocks::claim`), no libc, and no
+//! atomic read-modify-write: each thread adds to its own block with plain loads and stores.
+//! Memory the program names is read through `base::usercopy` (by the trace layer's fetch).
+//!
+//! A hit of a thread that found no block still counts in its event's total (a shared
+//! counter, the one locked add on this path, which only threads beyond `blocks::THREADS`
+//! take); its key or values are counted as not kept.
+
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+use crate::aggregate::blocks::{self, Block};
+use crate::aggregate::buckets::log2_index;
+use crate::aggregate::plan::{self, EventPlan, Key, Plans, CALLS, ENTERED, LAT_HIST, MAX, MIN, SETS, TOTAL};
+use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
+use crate::base::usercopy;
+use crate::probe::retprobe;
+use crate::trace::clock;
+use crate::trace::events::{self, EntryProbe, ReturnProbe};
+use crate::trace::fetch::Base;
+use crate::trace::{format, record};
+
+/// Per event: hits of threads that had no block (counted in totals, their keys and values
+/// not kept). Made at start-up, before any probe is placed.
+static UNBLOCKED: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Nanoseconds per tick of `clock::ticks`, times 2^32 (set at start-up, refined by reports).
+pub static NS_PER_TICK: AtomicU64 = AtomicU64::new(1 << 32);
+/// The interval being counted (reports turn it over; see `report`).
+pub static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Whether reports come every `--interval` (timed calls then keep each interval's extremes).
+pub static INTERVALS: AtomicBool = AtomicBool::new(false);
+
+/// Makes the per-event counters of hits without a block (start-up).
+pub fn init_unblocked(events: usize) {
+    let counters: Box<[AtomicU64]> = (0..events).map(|_| AtomicU64::new(0)).collect();
+    UNBLOCKED.store(Box::leak(counters).as_mut_ptr(), Ordering::Release);
+}
+
+fn unblocked_counter(index: usize) -> Option<&'static AtomicU64> {
+    let at = UNBLOCKED.load(Ordering::Acquire);
+    let events = plan::plans().map_or(0, |p| p.events.len());
+    // SAFETY: made for every event at start-up and never freed; `index` is checked against
+    // the events' number.
+    (!at.is_null() && index < events).then(|| unsafe { &*at.add(index) })
+}
+
+/// Hits of event `index` from threads without a block.
+pub fn unblocked(index: usize) -> u64 {
+    unblocked_counter(index).map_or(0, |c| c.load(Ordering::Relaxed))
+}
+
+#[cold]
+fn no_block(index: u32) {
+    if let Some(c) = unblocked_counter(index as usize) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The entry handler of every counted entry event.
+///
+/// # Safety
+/// Called by the core with its probe object (a trace `EntryProbe`) and the registers.
+pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
+    // SAFETY: the core passes the registered object, an EntryProbe, and the hit's registers.
+    let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
+    counted(index, regs, 0);
+}
+
+/// The return handler of every counted return event.
+///
+/// # Safety
+/// Called by the core with the instance of a trace `ReturnProbe` and the registers.
+pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs) {
+    // SAFETY: as in `on_entry`; the instance names its return probe, a ReturnProbe.
+    let (index, caller, regs) = unsafe { ((*((*ri).rp as *mut ReturnProbe)).event, (*ri).ret_addr, &*regs) };
+    counted(index, regs, caller);
+}
+
+#[inline(always)]
+fn counted(index: u32, regs: &PtRegs, caller: u64) {
+    let Some((plans, p)) = plan::get(index) else { return };
+    let Some(b) = blocks::mine() else { return no_block(index) };
+    b.add(p.count, 1);
+    if !p.simple {
+        keys_and_values(plans, p, b, index, regs, caller);
+    }
+}
+
+/// The key (`--by`) and the histogram values of a hit.
+fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &PtRegs, caller: u64) {
+    let Some(ev) = events::get(index) else { return };
+    let file_base = ev.file_base.load(Ordering::Relaxed);
+    if let Some(key) = p.key {
+        let layout = &plans.layout;
+        let mut words = [0u64; plan::STRING_KEY / 8];
+        let mut tag = u64::from(index) + 1;
+        match key {
+            Key::Arg(a) => {
+                let arg = &ev.args[a];
+                match record::fetch_number(arg, regs, file_base) {
+                    Some(raw) => words[0] = format::bits_of(&arg.ty, raw),
+                    None => tag |= FAULT_TAG,
+                }
+            }
+            Key::String(a) => {
+                let mut bytes = [0u8; plan::STRING_KEY];
+                match record::fetch_string(&ev.args[a], regs, file_base, &mut bytes) {
+                    Some(_) => {
+                        for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+                            *w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+                        }
+                    }
+                    None => tag |= FAULT_TAG,
+                }
+            }
+            Key::Tid => words[0] = u64::from(b.owner_tid() as u32),
+            Key::Caller => words[0] = if caller != 0 { caller } else { caller_at_entry(regs) },
+        }
+        if !b.count_key(layout, tag, &words[..layout.key_words]) {
+            b.add(layout.dropped + index as usize, 1);
+        }
+    }
+    for &h in &p.hists {
+        let h = &plans.hists[h];
+        let arg = &ev.args[h.arg];
+        match record::fetch_number(arg, regs, file_base) {
+            Some(raw) => b.add(h.at + h.scale.index(typed(arg, raw)), 1),
+            None => b.add(h.faults, 1),
+        }
+    }
+}
+
+/// A key's tag bit: its value could not be read.
+pub const FAULT_TAG: u64 = 1 << 63;
+
+/// A number as its type says (signed types sign-extended, bitfields extracted).
+#[inline]
+pub fn typed(arg: &crate::trace::fetch::FetchArg, raw: u64) -> i128 {
+    let v = format::bits_of(&arg.ty, raw);
+    if arg.ty.base == Base::Signed && arg.ty.bitfield.is_none() {
+        i128::from(format::signed(&arg.ty, v))
+    } else {
+        i128::from(v)
+    }
+}
+
+/// The return address at a function's entry: at %rsp, unless a return probe replaced it by
+/// its trampoline's, then the real one it saved.
+fn caller_at_entry(regs: &PtRegs) -> u64 {
+    let slot = regs.rsp as usize;
+    match usercopy::read_u64(slot) {
+        Some(a) if a as usize == retprobe::trampoline() => retprobe::hooked_return(slot).unwrap_or(0) as u64,
+        Some(a) => a,
+        None => 0,
+    }
+}
+
+/// The bytes of `ri->data` a timed call keeps from its entry to its return: the clock
+/// reading, and where its function's words are in the thread's block (0 without a block).
+/// A return runs on the thread of its entry (its record is in that thread's return stack), so
+/// the return finds the block without looking it up again.
+pub const LATENCY_DATA: usize = 16;
+
+fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
+    (ri as usize + core::mem::size_of::<UretprobeInstance>()) as *mut [u64; 2]
+}
+
+/// The entry handler of every timed function: notes the time and counts the call.
+///
+/// # Safety
+/// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is
+/// [`LATENCY_DATA`].
+pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, _regs: *mut PtRegs) -> c_int {
+    // SAFETY: as in `on_return`.
+    let index = unsafe { (*((*ri).rp as *mut ReturnProbe)).event };
+    let mut words = 0;
+    if let (Some((plans, p)), Some(b)) = (plan::get(index), blocks::mine()) {
+        if let Some(l) = p.latency {
+            let at = plans.latencies[l].at;
+            b.add(at + ENTERED, 1);
+            words = b.address_of(at);
+        }
+    }
+    // SAFETY: the instance's data holds the LATENCY_DATA bytes the probe asked for.
+    unsafe { data(ri).write([clock::ticks(), words as u64]) };
+    0
+}
+
+/// The return handler of every timed function: the call's time from its entry.
+///
+/// # Safety
+/// As [`latency_entry`].
+pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut PtRegs) {
+    let now = clock::ticks();
+    // SAFETY: as in `latency_entry`; the entry handler wrote the data.
+    let [started, words] = unsafe { data(ri).read() };
+    if words == 0 {
+        // SAFETY: as in `on_return`.
+        return no_block(unsafe { (*((*ri).rp as *mut ReturnProbe)).event });
+    }
+    // The function's words in the thread's block, numbered from 0.
+    let b = Block::from_word(words as usize);
+    let ns = ((u128::from(now.saturating_sub(started)) * u128::from(NS_PER_TICK.load(Ordering::Relaxed))) >> 32) as u64;
+    let calls = b.get(CALLS);
+    b.set(CALLS, calls + 1);
+    b.add(TOTAL, ns);
+    if calls == 0 || ns < b.get(MIN) {
+        b.set(MIN, ns);
+    }
+    if ns > b.get(MAX) {
+        b.set(MAX, ns);
+    }
+    b.add(LAT_HIST + log2_index(ns), 1);
+    if INTERVALS.load(Ordering::Relaxed) {
+        interval_extremes(b, ns);
+    }
+}
+
+/// Min and max of the interval being counted: two sets, one per parity of the epoch, each
+/// tagged with the epoch (plus one) it holds; the first call of an epoch starts its set over.
+fn interval_extremes(b: Block, ns: u64) {
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    let set = SETS + 3 * (epoch as usize & 1);
+    if b.get(set) != epoch + 1 {
+        b.set(set + 1, ns);
+        b.set(set + 2, ns);
+        b.publish(set, epoch + 1);
+        return;
+    }
+    if ns < b.get(set + 1) {
+        b.set(set + 1, ns);
+    }
+    if ns > b.get(set + 2) {
+        b.set(set + 2, ns);
+    }
+}

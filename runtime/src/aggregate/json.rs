@@ -1,0 +1,245 @@
+//! Reports as JSON lines (`--format json`), one object a line. Pure.
+//!
+//! Every object has `kind` (`count`, `hist` or `latency`) and `pid`; interval reports add
+//! `interval` (from 1) and `ts` (CLOCK_MONOTONIC ns, the clock of the events' `ts`).
+//!
+//! ```text
+//! {"kind":"count","event":"malloc","group":"uprobes","count":1532}
+//! {"kind":"count","event":"malloc","group":"uprobes","by":"size","count":1532,"keys":57,"dropped":0,"unblocked":0}
+//! {"kind":"count","event":"malloc","group":"uprobes","by":"size","key":32,"count":5011}
+//! {"kind":"hist","event":"malloc","group":"uprobes","arg":"size","count":1532,"faults":0,
+//!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded
+//! {"kind":"latency","function":"work","event":"work__return","probe":"jump","count":12,"total_ns":...,
+//!  "min_ns":...,"max_ns":...,"mean_ns":...,"buckets":[[1048576,2097152,12]]}
+//! ```
+//!
+//! A bucket's open end is `null`. Keys are written as the event shows the argument (numbers,
+//! `"0x..."` for `x` types, strings), `null` for a value that could not be read. The last
+//! report of the run adds, to each latency, `entered` and `not_returned` (`pending`,
+//! `left`, `thread_exit`, `children`, `elsewhere`) and `missed`.
+
+use core::fmt::Write;
+
+use crate::aggregate::buckets::Scale;
+use crate::aggregate::merge::Snapshot;
+use crate::aggregate::plan::Plans;
+use crate::aggregate::tables::{self, EventView, Frame, Left, Names};
+use crate::trace::format::json_string;
+
+/// The whole report.
+pub fn write(
+    out: &mut String,
+    plans: &Plans,
+    events: &[EventView],
+    snap: &Snapshot,
+    frame: &Frame,
+    left: &[Left],
+    names: &mut dyn Names,
+) {
+    let start = |out: &mut String, kind: &str| {
+        let _ = write!(out, "{{\"kind\":\"{kind}\",\"pid\":{}", frame.pid);
+        if let Some(i) = frame.interval {
+            let _ = write!(out, ",\"interval\":{},\"ts\":{}", i.index, frame.ts);
+        }
+    };
+    let event = |out: &mut String, i: usize| {
+        out.push_str(",\"event\":");
+        json_string(out, events[i].name.as_bytes());
+        out.push_str(",\"group\":");
+        json_string(out, events[i].group.as_bytes());
+    };
+    if plans.request.count {
+        let by = plans.by.as_ref().map(|b| b.name.clone());
+        for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
+            match (&by, p.key) {
+                (Some(by), Some(_)) => {
+                    let k = tables::keyed(plans, snap, events, i, names);
+                    start(out, "count");
+                    event(out, i);
+                    let _ = writeln!(
+                        out,
+                        ",\"by\":{},\"count\":{},\"keys\":{},\"dropped\":{},\"unblocked\":{}}}",
+                        quoted(by),
+                        k.total,
+                        k.keys,
+                        k.dropped,
+                        k.unblocked
+                    );
+                    for r in &k.rows {
+                        start(out, "count");
+                        event(out, i);
+                        let _ = writeln!(out, ",\"by\":{},\"key\":{},\"count\":{}}}", quoted(by), r.json, r.count);
+                    }
+                }
+                _ => {
+                    start(out, "count");
+                    event(out, i);
+                    let _ = writeln!(out, ",\"count\":{}}}", snap.counts[i]);
+                }
+            }
+        }
+    }
+    for (h, plan) in plans.hists.iter().enumerate() {
+        start(out, "hist");
+        event(out, plan.event);
+        let arg = plan.name.rsplit('.').next().unwrap_or("");
+        let values: u64 = snap.hists[h].iter().sum();
+        let _ = write!(out, ",\"arg\":{},\"count\":{values},\"faults\":{}", quoted(arg), snap.faults[h]);
+        if let Scale::Linear { min, max, step } = plan.scale {
+            let _ = write!(out, ",\"min\":{min},\"max\":{max},\"step\":{step}");
+        }
+        out.push_str(",\"buckets\":");
+        buckets(out, &plan.scale, &snap.hists[h]);
+        out.push_str("}\n");
+    }
+    for (l, plan) in plans.latencies.iter().enumerate() {
+        let lat = &snap.latencies[l];
+        start(out, "latency");
+        out.push_str(",\"function\":");
+        json_string(out, names.function(plan.event).as_bytes());
+        out.push_str(",\"event\":");
+        json_string(out, events[plan.event].name.as_bytes());
+        out.push_str(if names.trapped(plan.event) { ",\"probe\":\"int3\"" } else { ",\"probe\":\"jump\"" });
+        let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+        let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
+        let _ = write!(
+            out,
+            ",\"count\":{},\"total_ns\":{},\"min_ns\":{},\"max_ns\":{},\"mean_ns\":{},\"buckets\":",
+            lat.calls,
+            lat.total,
+            number(lat.min),
+            number(lat.max),
+            number(mean)
+        );
+        buckets(out, &Scale::Log2, &lat.hist);
+        if let Some(left) = left.get(l).filter(|_| frame.end) {
+            let _ = write!(
+                out,
+                ",\"entered\":{},\"not_returned\":{{\"total\":{},\"pending\":{},\"left\":{},\"thread_exit\":{},\
+                 \"children\":{},\"elsewhere\":{}}},\"missed\":{}",
+                lat.entered,
+                left.total(),
+                left.pending,
+                left.gone,
+                left.thread_exit,
+                left.children,
+                left.elsewhere,
+                left.missed
+            );
+        }
+        out.push_str("}\n");
+    }
+}
+
+fn quoted(s: &str) -> String {
+    let mut out = String::new();
+    json_string(&mut out, s.as_bytes());
+    out
+}
+
+/// `[[low, high, count], ...]` from the first non-empty bucket to the last.
+fn buckets(out: &mut String, scale: &Scale, counts: &[u64]) {
+    out.push('[');
+    if let Some(first) = counts.iter().position(|&c| c > 0) {
+        let last = counts.iter().rposition(|&c| c > 0).unwrap_or(first);
+        for (i, &c) in counts.iter().enumerate().take(last + 1).skip(first) {
+            let (low, high) = scale.bounds(i);
+            let end = |v: Option<i128>| v.map_or("null".to_string(), |v| v.to_string());
+            if i > first {
+                out.push(',');
+            }
+            let _ = write!(out, "[{},{},{c}]", end(low), end(high));
+        }
+    }
+    out.push(']');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::merge::{KeyId, Latency};
+    use crate::aggregate::plan::{build, EventInfo};
+    use crate::aggregate::request::{parse_lhist, Request};
+    use crate::trace::def::Kind;
+    use crate::trace::fetch::{parse, Site};
+    use crate::trace::format::Symbols;
+
+    struct Fake;
+    impl Symbols for Fake {
+        fn symbolize(&mut self, addr: u64) -> String {
+            format!("{addr:#x}")
+        }
+    }
+    impl Names for Fake {
+        fn comm(&mut self, _: i32) -> String {
+            String::new()
+        }
+        fn function(&mut self, _: usize) -> String {
+            "work".into()
+        }
+        fn trapped(&mut self, _: usize) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn one_object_a_line_with_the_fields_named() {
+        let args = vec![parse("flags=%di:x8", 1, Site::Entry).unwrap()];
+        let info = [
+            EventInfo {
+                name: "f",
+                group: "g",
+                definition: "",
+                kind: Kind::Entry,
+                args: &args,
+                latency: false,
+                at_entry: true,
+            },
+            EventInfo {
+                name: "w__return",
+                group: "latency",
+                definition: "",
+                kind: Kind::Return,
+                args: &[],
+                latency: true,
+                at_entry: true,
+            },
+        ];
+        let request = Request {
+            count: true,
+            by: Some("flags".into()),
+            top: None,
+            hists: vec![parse_lhist("f.flags,0,20,10").unwrap()],
+            latency: Vec::new(),
+            interval_ns: None,
+            cumulative: false,
+            json: true,
+        };
+        let plans = build(&info, &request).unwrap();
+        let snap = Snapshot {
+            counts: vec![3, 0],
+            dropped: vec![0, 0],
+            unblocked: vec![0, 0],
+            hists: vec![vec![0, 2, 0, 1]],
+            faults: vec![0],
+            latencies: vec![Latency { hist: vec![0; 66], ..Latency::default() }],
+            keys: [(KeyId { event: 0, fault: false, words: [0x1f, 0, 0, 0, 0, 0, 0, 0] }, 3)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let views: Vec<EventView> =
+            info.iter().map(|e| EventView { name: e.name, group: e.group, args: e.args }).collect();
+        let frame = Frame { pid: 9, interval: None, end: false, ts: 0 };
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &[], &mut Fake);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","count":3,"keys":1,"dropped":0,"unblocked":0}"#,
+                r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","key":"0x1f","count":3}"#,
+                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
+                r#"{"kind":"latency","pid":9,"function":"work","event":"w__return","probe":"jump","count":0,"total_ns":0,"min_ns":null,"max_ns":null,"mean_ns":null,"buckets":[]}"#,
+            ]
+        );
+    }
+}

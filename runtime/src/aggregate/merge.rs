@@ -1,0 +1,242 @@
+//! Every thread's block added up into a [`Snapshot`], and one interval's share of it
+//! ([`since`]). Blocks are read while their threads go on counting: each word is read once,
+//! whole; a report is a moment's picture, and the next one catches up.
+//!
+//! An interval's min and max cannot be told from two pictures: threads keep them per
+//! interval (two sets that alternate), and [`extremes`] reads those of the interval that
+//! closed.
+//!
+//! Context: reports (the interval thread, the end of the run). It allocates, with the
+//! runtime's own allocator, and takes no lock.
+
+use std::collections::BTreeMap;
+
+use crate::aggregate::blocks::{self, Block};
+use crate::aggregate::buckets::LOG2_BUCKETS;
+use crate::aggregate::hit::{self, FAULT_TAG};
+use crate::aggregate::plan::{Plans, CALLS, ENTERED, LAT_HIST, MAX, MIN, SETS, TOTAL};
+
+/// A counted key: its event, whether its value could not be read, and its words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyId {
+    pub event: usize,
+    pub fault: bool,
+    pub words: [u64; 8],
+}
+
+/// A timed function's numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// Calls that returned, and their total ns.
+    pub calls: u64,
+    pub total: u64,
+    pub min: Option<u64>,
+    pub max: Option<u64>,
+    /// Calls that entered (returned or not).
+    pub entered: u64,
+    pub hist: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per event: hits (those of threads without a block included).
+    pub counts: Vec<u64>,
+    /// Per event: hits whose key found no room in their thread's table.
+    pub dropped: Vec<u64>,
+    /// Per event: hits of threads that had no block (no key, no values kept).
+    pub unblocked: Vec<u64>,
+    /// Per histogram: buckets, and values that could not be read.
+    pub hists: Vec<Vec<u64>>,
+    pub faults: Vec<u64>,
+    pub latencies: Vec<Latency>,
+    pub keys: BTreeMap<KeyId, u64>,
+    /// The blocks' recent owners and their names (thread ids of threads that may be gone).
+    pub names: Vec<(i32, [u8; 16])>,
+}
+
+fn fold(into: &mut Option<u64>, v: u64, keep: fn(u64, u64) -> u64) {
+    *into = Some(into.map_or(v, |m| keep(m, v)));
+}
+
+/// The blocks added up now.
+pub fn take(plans: &Plans) -> Snapshot {
+    let n = plans.events.len();
+    let mut s = Snapshot {
+        counts: (0..n).map(hit::unblocked).collect(),
+        dropped: vec![0; n],
+        unblocked: (0..n).map(hit::unblocked).collect(),
+        hists: plans.hists.iter().map(|h| vec![0; h.scale.buckets()]).collect(),
+        faults: vec![0; plans.hists.len()],
+        latencies: plans
+            .latencies
+            .iter()
+            .map(|_| Latency { hist: vec![0; LOG2_BUCKETS], ..Latency::default() })
+            .collect(),
+        keys: BTreeMap::new(),
+        names: Vec::new(),
+    };
+    for b in blocks::used() {
+        add_block(plans, b, &mut s);
+        if plans.by.as_ref().is_some_and(|by| by.comm) {
+            s.names.extend(b.owners());
+        }
+    }
+    s
+}
+
+/// Each timed function's min and max over the calls that returned in interval `epoch` (see
+/// `hit::interval_extremes`).
+pub fn extremes(plans: &Plans, epoch: u64) -> Vec<(Option<u64>, Option<u64>)> {
+    let mut out = vec![(None, None); plans.latencies.len()];
+    for b in blocks::used() {
+        for (l, plan) in plans.latencies.iter().enumerate() {
+            for set in 0..2 {
+                let tag_at = plan.at + SETS + 3 * set;
+                if b.get_published(tag_at) == epoch + 1 {
+                    fold(&mut out[l].0, b.get(tag_at + 1), u64::min);
+                    fold(&mut out[l].1, b.get(tag_at + 2), u64::max);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
+    let layout = &plans.layout;
+    for i in 0..plans.events.len() {
+        s.counts[i] += b.get(layout.counts + i);
+        s.dropped[i] += b.get(layout.dropped + i);
+    }
+    for (h, plan) in plans.hists.iter().enumerate() {
+        for (k, c) in s.hists[h].iter_mut().enumerate() {
+            *c += b.get(plan.at + k);
+        }
+        s.faults[h] += b.get(plan.faults);
+    }
+    for (l, plan) in plans.latencies.iter().enumerate() {
+        let at = plan.at;
+        let lat = &mut s.latencies[l];
+        let calls = b.get(at + CALLS);
+        lat.calls += calls;
+        lat.total += b.get(at + TOTAL);
+        lat.entered += b.get(at + ENTERED);
+        for (k, c) in lat.hist.iter_mut().enumerate() {
+            *c += b.get(at + LAT_HIST + k);
+        }
+        if calls > 0 {
+            fold(&mut lat.min, b.get(at + MIN), u64::min);
+            fold(&mut lat.max, b.get(at + MAX), u64::max);
+        }
+    }
+    if plans.events.iter().any(|p| p.key.is_some()) {
+        for (tag, count, key) in b.keys(layout) {
+            let mut words = [0u64; 8];
+            for (w, k) in words.iter_mut().zip(key) {
+                *w = k.load(core::sync::atomic::Ordering::Relaxed);
+            }
+            let id = KeyId { event: ((tag & !FAULT_TAG) - 1) as usize, fault: tag & FAULT_TAG != 0, words };
+            *s.keys.entry(id).or_insert(0) += count;
+        }
+    }
+}
+
+/// What happened between `before` and `now` (both of the same plans): counts, buckets and
+/// keys as differences; min and max are unknown (the interval's come from [`extremes`]).
+pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
+    let minus = |a: &[u64], b: &[u64]| -> Vec<u64> {
+        a.iter().enumerate().map(|(i, &x)| x.saturating_sub(b.get(i).copied().unwrap_or(0))).collect()
+    };
+    let latencies = now
+        .latencies
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let b = before.latencies.get(i).cloned().unwrap_or_default();
+            let calls = l.calls.saturating_sub(b.calls);
+            Latency {
+                calls,
+                total: l.total.saturating_sub(b.total),
+                min: None,
+                max: None,
+                entered: l.entered.saturating_sub(b.entered),
+                hist: minus(&l.hist, &b.hist),
+            }
+        })
+        .collect();
+    let keys = now
+        .keys
+        .iter()
+        .filter_map(|(k, &c)| {
+            let d = c.saturating_sub(before.keys.get(k).copied().unwrap_or(0));
+            (d > 0).then_some((*k, d))
+        })
+        .collect();
+    Snapshot {
+        counts: minus(&now.counts, &before.counts),
+        dropped: minus(&now.dropped, &before.dropped),
+        unblocked: minus(&now.unblocked, &before.unblocked),
+        hists: now
+            .hists
+            .iter()
+            .enumerate()
+            .map(|(i, h)| minus(h, before.hists.get(i).map_or(&[][..], |v| v)))
+            .collect(),
+        faults: minus(&now.faults, &before.faults),
+        latencies,
+        keys,
+        names: now.names.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_is_the_difference() {
+        let key = KeyId { event: 0, fault: false, words: [7, 0, 0, 0, 0, 0, 0, 0] };
+        let other = KeyId { words: [8, 0, 0, 0, 0, 0, 0, 0], ..key };
+        let before = Snapshot {
+            counts: vec![10, 1],
+            hists: vec![vec![0, 2, 3]],
+            faults: vec![1],
+            latencies: vec![Latency {
+                calls: 4,
+                total: 400,
+                min: Some(90),
+                max: Some(110),
+                entered: 5,
+                hist: vec![0, 4],
+            }],
+            keys: [(key, 5), (other, 1)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let now = Snapshot {
+            counts: vec![15, 1],
+            hists: vec![vec![1, 2, 5]],
+            faults: vec![1],
+            latencies: vec![Latency {
+                calls: 6,
+                total: 700,
+                min: Some(80),
+                max: Some(180),
+                entered: 7,
+                hist: vec![0, 6],
+            }],
+            keys: [(key, 9), (other, 1)].into_iter().collect(),
+            ..Snapshot::default()
+        };
+        let d = since(&now, &before);
+        assert_eq!(d.counts, [5, 0]);
+        assert_eq!(d.hists, [vec![1, 0, 2]]);
+        assert_eq!(d.faults, [0]);
+        assert_eq!(
+            d.latencies[0],
+            Latency { calls: 2, total: 300, min: None, max: None, entered: 2, hist: vec![0, 2] }
+        );
+        assert_eq!(d.keys.into_iter().collect::<Vec<_>>(), [(key, 4)]);
+        let idle = since(&now, &now);
+        assert_eq!((idle.latencies[0].min, idle.latencies[0].calls), (None, 0));
+    }
+}

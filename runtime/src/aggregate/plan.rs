@@ -1,0 +1,440 @@
+//! What a hit of each event does, and where in a thread's block it counts: made once at
+//! start-up from the run's events and what was asked of them ([`build`], pure), checked there
+//! (an event or argument that does not exist, a histogram of a string, an event left unused
+//! is one line refusing the run), then published for the hit path ([`publish`], [`get`]).
+//!
+//! A thread's block, in 8-byte words:
+//!
+//! ```text
+//! header      HEADER_WORDS (owner, claims, the last owners' names: `blocks`)
+//! counts      one word per event: hits
+//! dropped     one word per event: hits whose key found no room in the thread's table
+//! histograms  per histogram: its buckets, then the values that could not be read
+//! latencies   per timed function: LATENCY_WORDS (see the offsets below)
+//! keys        KEY_SLOTS slots of [tag, count, key words] (`blocks::Block::count_key`)
+//! ```
+
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use thiserror::Error;
+
+use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
+use crate::aggregate::request::Request;
+use crate::trace::def::Kind;
+use crate::trace::fetch::{Fetch, FetchArg};
+use crate::trace::names::glob;
+
+pub const HEADER_WORDS: usize = 32;
+/// Distinct keys one thread can count (over all events); more are counted as dropped.
+pub const KEY_SLOTS: usize = 4096;
+/// The longest string kept as a key (longer ones are cut, as bpftrace's `str()` cuts them).
+pub const STRING_KEY: usize = 64;
+
+/// A timed function's words: calls that returned, their total, min and max ns, calls that
+/// entered, two interval sets of (epoch tag, min, max), and a log2 histogram of ns.
+pub const CALLS: usize = 0;
+pub const TOTAL: usize = 1;
+pub const MIN: usize = 2;
+pub const MAX: usize = 3;
+pub const ENTERED: usize = 4;
+pub const SETS: usize = 5;
+pub const LAT_HIST: usize = 11;
+pub const LATENCY_WORDS: usize = LAT_HIST + LOG2_BUCKETS;
+
+/// What a hit of a counted event is counted by (`--by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    /// A number fetcharg (index into the event's args).
+    Arg(usize),
+    /// A string fetcharg, kept up to [`STRING_KEY`] bytes.
+    String(usize),
+    /// The thread (`tid`, and `comm`, which shows each thread's name).
+    Tid,
+    /// The return address: where the function was called from.
+    Caller,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventPlan {
+    /// The event's word in `counts`.
+    pub count: usize,
+    /// Only counted: no key and no histogram (the hit path's shortest way).
+    pub simple: bool,
+    pub key: Option<Key>,
+    /// Indices into [`Plans::hists`].
+    pub hists: Vec<usize>,
+    /// Index into [`Plans::latencies`] for a `--latency` event.
+    pub latency: Option<usize>,
+    /// One of several events of one definition (a glob): text reports leave it out while it
+    /// has nothing to show.
+    pub shared: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistPlan {
+    pub event: usize,
+    pub arg: usize,
+    /// `EVENT.ARG`, for reports.
+    pub name: String,
+    pub scale: Scale,
+    /// First bucket's word; the faults word follows the last bucket.
+    pub at: usize,
+    pub faults: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencyPlan {
+    pub event: usize,
+    /// First word of its LATENCY_WORDS.
+    pub at: usize,
+}
+
+/// Word offsets of a block's parts, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub counts: usize,
+    pub dropped: usize,
+    pub keys: usize,
+    /// Words of a key: 1, or STRING_KEY / 8 when some key is a string.
+    pub key_words: usize,
+    /// Words of a key slot: tag, count, key.
+    pub slot_words: usize,
+    pub words: usize,
+}
+
+/// The `--by` key as asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct By {
+    pub name: String,
+    /// `comm`: thread ids are shown, and merged, by their threads' names.
+    pub comm: bool,
+}
+
+#[derive(Debug)]
+pub struct Plans {
+    pub events: Vec<EventPlan>,
+    pub hists: Vec<HistPlan>,
+    pub latencies: Vec<LatencyPlan>,
+    pub by: Option<By>,
+    pub request: Request,
+    pub layout: Layout,
+}
+
+/// What plans are made from: one of the run's events.
+pub struct EventInfo<'a> {
+    pub name: &'a str,
+    pub group: &'a str,
+    /// The definition as written (for messages).
+    pub definition: &'a str,
+    pub kind: Kind,
+    pub args: &'a [FetchArg],
+    /// A `--latency` event: its probe times calls.
+    pub latency: bool,
+    /// Its probe is at a function's first instruction (where the caller is known).
+    pub at_entry: bool,
+}
+
+/// Why what was asked does not fit the run's events.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("{option} '{text}': no event named {pattern} (events: {known})")]
+    NoEvent { option: &'static str, text: String, pattern: String, known: String },
+    #[error("{option} '{text}': event {event} has no argument {arg} (its arguments: {has})")]
+    NoArg { option: &'static str, text: String, event: String, arg: String, has: String },
+    #[error(
+        "--by '{key}': no event has an argument {key} (event {event} has none), and {key} is not tid, comm or caller"
+    )]
+    NoKey { key: String, event: String },
+    #[error("{option} '{text}': argument {arg} of event {event} is {what}: a histogram needs a number")]
+    NotNumber { option: &'static str, text: String, event: String, arg: String, what: &'static str },
+    #[error("--by '{key}': argument {key} of event {event} is an array: a key is one number or string")]
+    ArrayKey { key: String, event: String },
+    #[error("--by caller: event {event} is not at a function's entry or return, where the caller is known")]
+    CallerUnknown { event: String },
+    #[error(
+        "event {event} ('{definition}') is neither counted nor in a histogram: add --count, or --hist {event}.ARG"
+    )]
+    Unused { event: String, definition: String },
+    #[error("--latency '{place}': WHERE only (a function or a glob), no fetchargs")]
+    LatencyArgs { place: String },
+}
+
+fn arg_names(args: &[FetchArg]) -> String {
+    if args.is_empty() {
+        return "none".into();
+    }
+    args.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// What an argument holds, when it is not one number: None for a number.
+fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
+    if arg.ty.count.is_some() {
+        Some("an array")
+    } else if arg.ty.is_string() || matches!(arg.fetch, Fetch::Comm | Fetch::ImmediateString(_)) {
+        Some("a string")
+    } else {
+        None
+    }
+}
+
+/// Makes the plans for `events` and checks `request` against them.
+pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError> {
+    let counted: Vec<usize> = (0..events.len()).filter(|&i| !events[i].latency).collect();
+    let mut plans: Vec<EventPlan> = (0..events.len())
+        .map(|i| EventPlan {
+            count: 0,
+            simple: true,
+            key: None,
+            hists: Vec::new(),
+            latency: None,
+            shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
+        })
+        .collect();
+    let mut hists = Vec::new();
+    for h in &request.hists {
+        let matched: Vec<usize> = counted
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let e = &events[i];
+                glob(&h.event, e.name) || glob(&h.event, &format!("{}/{}", e.group, e.name))
+            })
+            .collect();
+        if matched.is_empty() {
+            let known = counted.iter().map(|&i| events[i].name).collect::<Vec<_>>().join(", ");
+            let known = if known.is_empty() { "none".into() } else { known };
+            return Err(PlanError::NoEvent { option: h.option, text: h.text.clone(), pattern: h.event.clone(), known });
+        }
+        for i in matched {
+            let e = &events[i];
+            let Some(arg) = e.args.iter().position(|a| a.name == h.arg) else {
+                return Err(PlanError::NoArg {
+                    option: h.option,
+                    text: h.text.clone(),
+                    event: e.name.to_string(),
+                    arg: h.arg.clone(),
+                    has: arg_names(e.args),
+                });
+            };
+            if let Some(what) = not_a_number(&e.args[arg]) {
+                return Err(PlanError::NotNumber {
+                    option: h.option,
+                    text: h.text.clone(),
+                    event: e.name.to_string(),
+                    arg: h.arg.clone(),
+                    what,
+                });
+            }
+            plans[i].hists.push(hists.len());
+            plans[i].simple = false;
+            hists.push(HistPlan {
+                event: i,
+                arg,
+                name: format!("{}.{}", e.name, h.arg),
+                scale: h.scale,
+                at: 0,
+                faults: 0,
+            });
+        }
+    }
+    let by = request.by.as_ref().map(|k| By { name: k.clone(), comm: false });
+    let mut by = by;
+    if let (true, Some(b)) = (request.count, by.as_mut()) {
+        for &i in &counted {
+            let e = &events[i];
+            let key = match e.args.iter().position(|a| a.name == b.name) {
+                Some(a) if e.args[a].ty.count.is_some() => {
+                    return Err(PlanError::ArrayKey { key: b.name.clone(), event: e.name.to_string() });
+                }
+                Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
+                Some(a) => Key::Arg(a),
+                None => match b.name.as_str() {
+                    "tid" => Key::Tid,
+                    "comm" => {
+                        b.comm = true;
+                        Key::Tid
+                    }
+                    "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
+                    "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
+                    // An event without the argument is counted as a whole.
+                    _ => continue,
+                },
+            };
+            plans[i].key = Some(key);
+            plans[i].simple = false;
+        }
+        if let Some(&first) = counted.first().filter(|_| counted.iter().all(|&i| plans[i].key.is_none())) {
+            return Err(PlanError::NoKey { key: b.name.clone(), event: events[first].name.to_string() });
+        }
+    }
+    if !request.count {
+        if let Some(&i) = counted.iter().find(|&&i| plans[i].hists.is_empty()) {
+            let e = &events[i];
+            return Err(PlanError::Unused { event: e.name.to_string(), definition: e.definition.to_string() });
+        }
+    }
+    let mut latencies = Vec::new();
+    for (i, e) in events.iter().enumerate().filter(|(_, e)| e.latency) {
+        if !e.args.is_empty() {
+            let place = e.definition.split_whitespace().nth(1).unwrap_or(e.definition).to_string();
+            return Err(PlanError::LatencyArgs { place });
+        }
+        plans[i].latency = Some(latencies.len());
+        plans[i].simple = false;
+        latencies.push(LatencyPlan { event: i, at: 0 });
+    }
+    let layout = lay_out(events.len(), &mut plans, &mut hists, &mut latencies);
+    Ok(Plans { events: plans, hists, latencies, by, request: request.clone(), layout })
+}
+
+/// Gives every part its words (see the module doc).
+fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], latencies: &mut [LatencyPlan]) -> Layout {
+    let counts = HEADER_WORDS;
+    let dropped = counts + events;
+    let mut at = dropped + events;
+    for (i, p) in plans.iter_mut().enumerate() {
+        p.count = counts + i;
+    }
+    for h in hists.iter_mut() {
+        h.at = at;
+        h.faults = at + h.scale.buckets();
+        at = h.faults + 1;
+    }
+    for l in latencies.iter_mut() {
+        l.at = at;
+        at += LATENCY_WORDS;
+    }
+    let strings = plans.iter().any(|p| matches!(p.key, Some(Key::String(_))));
+    let key_words = if strings { STRING_KEY / 8 } else { 1 };
+    let keyed = plans.iter().any(|p| p.key.is_some());
+    let keys = (at + 7) & !7;
+    let slot_words = 2 + key_words;
+    let words = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
+    Layout { counts, dropped, keys, key_words, slot_words, words }
+}
+
+static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Publishes the run's plans (start-up, once, before any probe of theirs is placed).
+pub fn publish(plans: Plans) {
+    PLANS.store(Box::into_raw(Box::new(plans)), Ordering::Release);
+}
+
+/// The run's plans, once published (signal-safe).
+#[inline(always)]
+pub fn plans() -> Option<&'static Plans> {
+    // SAFETY: published once and never freed or changed.
+    unsafe { PLANS.load(Ordering::Acquire).as_ref() }
+}
+
+/// Event `index`'s plan (hit path).
+#[inline(always)]
+pub fn get(index: u32) -> Option<(&'static Plans, &'static EventPlan)> {
+    let p = plans()?;
+    Some((p, p.events.get(index as usize)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::request::{parse_hist, parse_lhist};
+    use crate::trace::fetch::{parse, Site};
+
+    fn args(list: &[&str]) -> Vec<FetchArg> {
+        list.iter().enumerate().map(|(i, a)| parse(a, i + 1, Site::Entry).unwrap()).collect()
+    }
+
+    fn request() -> Request {
+        Request {
+            count: false,
+            by: None,
+            top: None,
+            hists: Vec::new(),
+            latency: Vec::new(),
+            interval_ns: None,
+            cumulative: false,
+            json: false,
+        }
+    }
+
+    fn info<'a>(name: &'a str, args: &'a [FetchArg], latency: bool) -> EventInfo<'a> {
+        EventInfo { name, group: "g", definition: "p x:f", kind: Kind::Entry, args, latency, at_entry: true }
+    }
+
+    #[test]
+    fn counts_keys_histograms_and_latencies_get_their_words() {
+        let a = args(&["size=%di:u64", "name=+0(%si):string"]);
+        let none: Vec<FetchArg> = Vec::new();
+        let events = [info("malloc", &a, false), info("free", &none, false), info("work__return", &none, true)];
+        let mut r = request();
+        r.count = true;
+        r.by = Some("tid".into());
+        r.hists = vec![parse_hist("malloc.size").unwrap(), parse_lhist("m*.size,0,100,10").unwrap()];
+        let p = build(&events, &r).unwrap();
+        assert_eq!(p.events[0].hists, [0, 1]);
+        assert_eq!((p.events[0].key, p.events[1].key, p.events[2].key), (Some(Key::Tid), Some(Key::Tid), None));
+        assert_eq!(p.events[2].latency, Some(0));
+        let l = p.layout;
+        assert_eq!((l.counts, l.dropped), (HEADER_WORDS, HEADER_WORDS + 3));
+        assert_eq!(p.hists[0].at, HEADER_WORDS + 6);
+        assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 1);
+        assert_eq!(p.latencies[0].at, p.hists[1].faults + 1);
+        assert_eq!((l.key_words, l.slot_words), (1, 3));
+        assert_eq!(l.words, l.keys + KEY_SLOTS * 3);
+        assert_eq!(p.hists[1].name, "malloc.size");
+        r.by = Some("name".into());
+        r.hists.clear();
+        let s = build(&events[..1], &r).unwrap();
+        assert_eq!((s.events[0].key, s.layout.key_words), (Some(Key::String(1)), 8));
+    }
+
+    #[test]
+    fn only_counted_events_are_simple() {
+        let none: Vec<FetchArg> = Vec::new();
+        let mut r = request();
+        r.count = true;
+        let p = build(&[info("f", &none, false)], &r).unwrap();
+        assert!(p.events[0].simple);
+        assert_eq!(p.layout.words, p.layout.keys, "no key table without --by");
+    }
+
+    #[test]
+    fn what_does_not_fit_is_refused_by_name() {
+        let a = args(&["size=%di", "s=+0(%si):string", "v=+0(%di):u8[2]"]);
+        let mut r = request();
+        r.hists = vec![parse_hist("nosuch.size").unwrap()];
+        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
+        assert_eq!(e.to_string(), "--hist 'nosuch.size': no event named nosuch (events: malloc)");
+        r.hists = vec![parse_hist("malloc.sz").unwrap()];
+        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
+        assert_eq!(e.to_string(), "--hist 'malloc.sz': event malloc has no argument sz (its arguments: size, s, v)");
+        r.hists = vec![parse_hist("malloc.s").unwrap()];
+        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
+        assert!(e.to_string().ends_with("argument s of event malloc is a string: a histogram needs a number"), "{e}");
+        r.hists.clear();
+        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
+        assert!(e.to_string().starts_with("event malloc ('p x:f') is neither counted nor in a histogram"), "{e}");
+        r.count = true;
+        r.by = Some("v".into());
+        assert!(matches!(build(&[info("malloc", &a, false)], &r), Err(PlanError::ArrayKey { .. })));
+        r.by = Some("zz".into());
+        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--by 'zz': no event has an argument zz (event malloc has none), and zz is not tid, comm or caller"
+        );
+        let none: Vec<FetchArg> = Vec::new();
+        let two = build(
+            &[info("malloc", &a, false), info("free", &none, false)],
+            &Request { by: Some("size".into()), ..r.clone() },
+        )
+        .unwrap();
+        assert_eq!((two.events[0].key, two.events[1].key), (Some(Key::Arg(0)), None), "free is counted as a whole");
+        r.by = Some("caller".into());
+        let mid = EventInfo { at_entry: false, ..info("mid", &a, false) };
+        assert!(matches!(build(&[mid], &r), Err(PlanError::CallerUnknown { .. })));
+        let timed = EventInfo { definition: "r:latency/ t:f x=%ax", ..info("f__return", &a, true) };
+        let e = build(&[timed], &request()).unwrap_err();
+        assert_eq!(e.to_string(), "--latency 't:f': WHERE only (a function or a glob), no fetchargs");
+    }
+}

@@ -1,0 +1,392 @@
+//! Printing reports: every `--interval` from a thread of the runtime's own, and once when the
+//! run ends ([`finish`]).
+//!
+//! [`finish`] is called by `api::handlers::run_exits`, whatever ends the process: `exit`, and
+//! also `_exit`, `exec` and a fatal signal, where it runs in that signal's handler, possibly
+//! on a thread that was in the middle of anything. So it takes no lock that a hit could hold
+//! and waits for none without a bound: the registry (for symbol names) and the reporter's
+//! own state are tried for a while, and done without if they stay busy (addresses shown in
+//! hex, the whole run's numbers instead of the last interval's). It allocates only from the
+//! runtime's own allocator, reads blocks without locking them, and writes with `write(2)`.
+//! An attach session reports the same way at detach: `finish` is its end.
+//!
+//! Only the process that made the blocks reports: a forked child's hits are counted in
+//! them, and reported by its parent.
+//!
+//! Context: the interval thread (normal context, its signals blocked, inside the runtime);
+//! the end of the run (normal or fatal-signal context).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+
+use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
+use crate::aggregate::merge::{self, Snapshot};
+use crate::aggregate::plan::{self, Plans};
+use crate::aggregate::tables::{EventView, Frame, Interval, Left, Names};
+use crate::aggregate::{json, text};
+use crate::base::abi::Uretprobe;
+use crate::base::lock::{Mutex, MutexGuard};
+use crate::base::{maps, output, sys};
+use crate::probe::{deferred, registry, retprobe, table, world};
+use crate::trace::clock;
+use crate::trace::events::{self, Probe};
+use crate::trace::format::Symbols;
+use crate::trace::names::{demangle, without_parameters};
+
+/// How long the end of the run waits for the interval thread's report, or for the registry.
+const PATIENCE_NS: u64 = 200_000_000;
+/// How long an interval report lets hits of the closing interval finish before reading it.
+const GRACE_NS: u64 = 1_000_000;
+
+/// The process that made the blocks, which alone reports.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+static FINISHED: AtomicBool = AtomicBool::new(false);
+/// Whether the interval thread runs (in this process).
+static INTERVAL_THREAD: AtomicBool = AtomicBool::new(false);
+/// The first calibration point of `clock::ticks` (ticks, ns).
+static TICKS0: AtomicU64 = AtomicU64::new(0);
+static NS0: AtomicU64 = AtomicU64::new(0);
+
+/// What the reports remember from one to the next.
+struct Reporter {
+    /// CLOCK_MONOTONIC at the start, and at the last report.
+    start_ns: u64,
+    last_ns: u64,
+    /// The number of the next interval report.
+    next: u64,
+    /// The last interval report's snapshot (differences are taken from it).
+    before: Option<Snapshot>,
+    /// Names found so far: threads (seen alive), symbols, timed functions.
+    comms: BTreeMap<i32, String>,
+    symbols: BTreeMap<u64, String>,
+    functions: BTreeMap<usize, String>,
+    /// The line that opens a text report of a program reached by a followed exec (its
+    /// reports come besides those of the program that exec'd it).
+    title: Option<String>,
+}
+
+static STATE: Mutex<Option<Reporter>> = Mutex::new(None);
+
+/// Starts the reports (start-up, once the events' probes are placed); `followed_exec`: this
+/// program was reached by an exec that uprobe-run followed.
+pub fn start(followed_exec: bool) {
+    OWNER.store(sys::getpid(), Ordering::Relaxed);
+    let now = clock::monotonic_ns();
+    let mut r = Reporter::new(now);
+    if followed_exec {
+        let program = sys::readlink(c"/proc/self/exe").unwrap_or_else(|_| "?".into());
+        r.title = Some(format!("pid {} ({program}):\n", sys::getpid()));
+    }
+    *STATE.lock() = Some(r);
+    if let Some(period) = plan::plans().and_then(|p| p.request.interval_ns) {
+        spawn(period);
+    }
+}
+
+impl Reporter {
+    fn new(now: u64) -> Reporter {
+        Reporter {
+            start_ns: now,
+            last_ns: now,
+            next: 1,
+            before: None,
+            comms: BTreeMap::new(),
+            symbols: BTreeMap::new(),
+            functions: BTreeMap::new(),
+            title: None,
+        }
+    }
+}
+
+/// Takes the first calibration point of `clock::ticks`, and a second `wait_ns` later
+/// (start-up, before any timed call).
+pub fn calibrate_start(wait_ns: u64) {
+    if clock::ticks_are_ns() {
+        return;
+    }
+    let (t, n) = reading();
+    TICKS0.store(t, Ordering::Relaxed);
+    NS0.store(n, Ordering::Relaxed);
+    sys::sleep_ns(wait_ns);
+    calibrate();
+}
+
+/// A (ticks, ns) pair read as close together as a few tries allow.
+fn reading() -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..5 {
+        let before = clock::monotonic_ns();
+        let t = clock::ticks();
+        let after = clock::monotonic_ns();
+        if after - before < best.2 {
+            best = (t, before + (after - before) / 2, after - before);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// Ns per tick from the first calibration point to now: the longer the run, the closer.
+fn calibrate() {
+    if clock::ticks_are_ns() {
+        return;
+    }
+    let (t0, n0) = (TICKS0.load(Ordering::Relaxed), NS0.load(Ordering::Relaxed));
+    let (t1, n1) = reading();
+    if t1 > t0 && n1 > n0 {
+        let per_tick = (u128::from(n1 - n0) << 32) / u128::from(t1 - t0);
+        NS_PER_TICK.store(per_tick.min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+    }
+}
+
+/// Starts the interval thread, with every asynchronous signal blocked so that none of the
+/// program's handlers runs on it; it runs no program code and counts as the runtime's.
+fn spawn(period: u64) {
+    extern "C" fn main(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // Its probe hits (none expected: it calls no libc) run no handler.
+        core::mem::forget(deferred::Inside::enter());
+        let period = arg as u64;
+        let mut deadline = clock::monotonic_ns() + period;
+        loop {
+            let now = clock::monotonic_ns();
+            if deadline > now {
+                sys::sleep_ns(deadline - now);
+                continue;
+            }
+            deadline += period;
+            if FINISHED.load(Ordering::Acquire) {
+                return core::ptr::null_mut();
+            }
+            report(false);
+        }
+    }
+    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
+    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
+    let old = sys::set_signal_mask(!keep);
+    world::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: a thread running `main`, whose argument is the period as a number.
+    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, period as *mut libc::c_void) };
+    if rc == 0 {
+        INTERVAL_THREAD.store(true, Ordering::SeqCst);
+        // SAFETY: a thread just created, never joined.
+        unsafe { libc::pthread_detach(thread) };
+    } else {
+        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+        output::message(format_args!("cannot start the interval reports (error {rc}): one report at the end only"));
+    }
+    sys::set_signal_mask(old);
+}
+
+/// In the child of `fork`: the interval thread stayed in the parent (the child reports
+/// nothing: the parent counts its hits), so it no longer counts as a runtime thread here.
+pub fn after_fork() {
+    if INTERVAL_THREAD.swap(false, Ordering::SeqCst) {
+        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The run's last report (see the module doc); later calls, and calls in a forked child,
+/// print nothing.
+pub fn finish() {
+    if plan::plans().is_none() || sys::getpid() != OWNER.load(Ordering::Relaxed) {
+        return;
+    }
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    deferred::inside(|| report(true));
+}
+
+/// The reporter's state, waited for at most PATIENCE_NS.
+fn state() -> Option<MutexGuard<'static, Option<Reporter>>> {
+    let deadline = clock::monotonic_ns() + PATIENCE_NS;
+    loop {
+        if let Some(guard) = STATE.try_lock() {
+            return Some(guard);
+        }
+        if clock::monotonic_ns() > deadline {
+            return None;
+        }
+        sys::sleep_ns(1_000_000);
+    }
+}
+
+fn report(end: bool) {
+    let Some(plans) = plan::plans() else { return };
+    let mut guard = state();
+    let mut fresh = None;
+    // Without the state (the interval thread held it too long), the whole run's numbers.
+    let (r, known) = match guard.as_mut().and_then(|g| g.as_mut()) {
+        Some(r) => (r, true),
+        None => (fresh.insert(Reporter::new(clock::monotonic_ns())), false),
+    };
+    calibrate();
+    let intervals = plans.request.interval_ns.is_some() && known;
+    let cumulative = plans.request.cumulative;
+    let now_ns = clock::monotonic_ns();
+    let now = merge::take(plans);
+    // Turn the interval over at once (the calls that return in between are counted in the
+    // next interval and have their min and max in this one: a few microseconds' worth), and
+    // let the hits that read the old interval finish before its min and max are read.
+    let closing = EPOCH.fetch_add(1, Ordering::AcqRel);
+    let mut shown = match (&r.before, intervals && !cumulative) {
+        (Some(before), true) => merge::since(&now, before),
+        _ => now.clone(),
+    };
+    if intervals && !cumulative && !plans.latencies.is_empty() {
+        sys::sleep_ns(GRACE_NS);
+        for (lat, (min, max)) in shown.latencies.iter_mut().zip(merge::extremes(plans, closing)) {
+            (lat.min, lat.max) = if lat.calls > 0 { (min, max) } else { (None, None) };
+        }
+    }
+    let frame = Frame {
+        pid: sys::getpid(),
+        interval: intervals.then_some(Interval {
+            index: r.next,
+            from_ns: if cumulative { 0 } else { r.last_ns - r.start_ns },
+            to_ns: now_ns - r.start_ns,
+            cumulative,
+        }),
+        end,
+        ts: now_ns,
+    };
+    let left: Vec<Left> =
+        if end { plans.latencies.iter().map(|l| left_of(plans, l.event, &now)).collect() } else { Vec::new() };
+    let all = events::all();
+    let views: Vec<EventView> =
+        all.iter().map(|e| EventView { name: &e.name, group: &e.group, args: &e.args }).collect();
+    let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &shown.names, maps: None };
+    let mut out = String::new();
+    if plans.request.json {
+        json::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
+    } else {
+        out.push_str(names.r.title.as_deref().unwrap_or(""));
+        text::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
+    }
+    let r = names.r;
+    r.next += 1;
+    r.last_ns = now_ns;
+    r.before = Some(now);
+    // Output that cannot be written is dropped: the program must go on.
+    let _ = sys::write_all(output::fd(), out.as_bytes());
+}
+
+/// The return probe of timed event `event`.
+fn return_probe(event: usize) -> Option<*mut Uretprobe> {
+    match events::all().get(event)?.probe {
+        // SAFETY: the probe objects are leaked, valid for the life of the process.
+        Probe::Return(p) => Some(unsafe { core::ptr::addr_of_mut!((*p).rp) }),
+        Probe::Entry(_) => None,
+    }
+}
+
+/// What became of the timed calls of `event` that did not return, as its return probe
+/// counted them.
+fn left_of(plans: &Plans, event: usize, snap: &Snapshot) -> Left {
+    let Some(rp) = return_probe(event) else { return Left::default() };
+    let Some(l) = plans.events[event].latency else { return Left::default() };
+    // SAFETY: the timed events' return probes are registered for the life of the process
+    // (never unregistered); `nmissed` is only ever updated atomically.
+    let ([gone, children, thread_exit], missed) = unsafe {
+        (retprobe::left_counts(rp), AtomicU64::from_ptr(core::ptr::addr_of_mut!((*rp).nmissed)).load(Ordering::Relaxed))
+    };
+    let counted = Left {
+        pending: retprobe::pending_here(rp) as u64,
+        gone: gone as u64,
+        thread_exit: thread_exit as u64,
+        children: children as u64,
+        elsewhere: 0,
+        missed,
+    };
+    Left::of(&snap.latencies[l], counted)
+}
+
+/// Names as the process knows them, found for a report without waiting for long.
+struct Known<'a> {
+    r: &'a mut Reporter,
+    deadline: u64,
+    owners: &'a [(i32, [u8; 16])],
+    /// The address space, read when an address has no symbol.
+    maps: Option<Vec<maps::Mapping>>,
+}
+
+impl Known<'_> {
+    /// `sym+0xoff` for `addr`, or None; the registry is tried until the report's deadline.
+    fn symbol(&mut self, addr: u64) -> Option<String> {
+        loop {
+            match registry::try_symbolize(addr as usize) {
+                Some(found) => return found,
+                None if clock::monotonic_ns() > self.deadline => return None,
+                None => sys::sleep_ns(1_000_000),
+            }
+        }
+    }
+}
+
+impl Symbols for Known<'_> {
+    fn symbolize(&mut self, addr: u64) -> String {
+        if let Some(s) = self.r.symbols.get(&addr) {
+            return s.clone();
+        }
+        // No symbol (a stripped library's own function): FILE+OFFSET, as tracefs takes it.
+        let name = self.symbol(addr).or_else(|| {
+            let m = maps::find(self.maps.get_or_insert_with(maps::current), addr as usize)?.clone();
+            let file = m.path.rsplit('/').next().filter(|_| m.is_file())?;
+            Some(format!("{file}+{:#x}", addr as usize - m.start + m.offset))
+        });
+        match name {
+            Some(s) => {
+                self.r.symbols.insert(addr, s.clone());
+                s
+            }
+            None => format!("{addr:#x}"),
+        }
+    }
+}
+
+impl Names for Known<'_> {
+    fn comm(&mut self, tid: i32) -> String {
+        let path = std::ffi::CString::new(format!("/proc/{tid}/comm")).unwrap_or_default();
+        if let Ok(mut name) = sys::read_file(&path) {
+            while name.last() == Some(&b'\n') {
+                name.pop();
+            }
+            let name = String::from_utf8_lossy(&name).into_owned();
+            self.r.comms.insert(tid, name.clone());
+            return name;
+        }
+        if let Some(name) = self.r.comms.get(&tid) {
+            return name.clone();
+        }
+        match self.owners.iter().find(|(t, _)| *t == tid) {
+            Some((_, name)) => {
+                let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                String::from_utf8_lossy(&name[..len]).into_owned()
+            }
+            None => format!("tid {tid}"),
+        }
+    }
+
+    fn trapped(&mut self, event: usize) -> bool {
+        let addr = events::all().get(event).map_or(0, |e| e.address());
+        addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jump_active.load(Ordering::SeqCst))
+    }
+
+    fn function(&mut self, event: usize) -> String {
+        if let Some(f) = self.r.functions.get(&event) {
+            return f.clone();
+        }
+        let Some(ev) = events::all().get(event) else { return String::new() };
+        let from_symbol = (ev.address() != 0).then(|| self.symbol(ev.address() as u64)).flatten().map(|s| {
+            let name = s.split('+').next().unwrap_or(&s).to_string();
+            demangle(&name).map_or(name, |d| without_parameters(&d).to_string())
+        });
+        match from_symbol {
+            Some(f) => {
+                self.r.functions.insert(event, f.clone());
+                f
+            }
+            None => ev.name.strip_suffix("__return").unwrap_or(&ev.name).to_string(),
+        }
+    }
+}

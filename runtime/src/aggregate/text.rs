@@ -1,0 +1,358 @@
+//! Reports as text. Pure.
+//!
+//! ```text
+//! interval 2: 1.000-2.000 s                      (interval reports only)
+//! EVENT          COUNT                           --count
+//! malloc          1532
+//! count malloc by size: 1532 hits, 57 keys      --count --by size
+//!   size         COUNT
+//!   32            5011
+//!   (47 more keys: 230 hits)                     (left out by --top)
+//! hist malloc.size: 1532 values                  --hist, --lhist: bpftrace's layout
+//! [0]                    3 |@@                     |
+//! latency work: 12 calls, total 18020334 ns, min 1500123 ns, mean 1501694 ns, max 1510000 ns
+//! [1M, 2M)              12 |@@@@@@@@@@@@@@@@@@@@@@@|
+//! (3 calls did not return: 3 left by longjmp or an exception)
+//! ```
+//!
+//! Sections are separated by a blank line.
+
+use core::fmt::Write;
+
+use crate::aggregate::buckets::{self, Scale};
+use crate::aggregate::merge::Snapshot;
+use crate::aggregate::plan::Plans;
+use crate::aggregate::tables::{self, plural, EventView, Frame, Left, Names};
+
+/// The whole report.
+pub fn write(
+    out: &mut String,
+    plans: &Plans,
+    events: &[EventView],
+    snap: &Snapshot,
+    frame: &Frame,
+    left: &[Left],
+    names: &mut dyn Names,
+) {
+    if let Some(i) = frame.interval {
+        let end = if frame.end { " (end of run)" } else { "" };
+        let cumulative = if i.cumulative { " (cumulative)" } else { "" };
+        let seconds = |ns: u64| format!("{}.{:03}", ns / 1_000_000_000, ns % 1_000_000_000 / 1_000_000);
+        let _ = writeln!(out, "interval {}{cumulative}: {}-{} s{end}", i.index, seconds(i.from_ns), seconds(i.to_ns));
+    }
+    if plans.request.count {
+        for (i, p) in plans.events.iter().enumerate() {
+            if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
+                keyed(out, plans, events, snap, i, names);
+            }
+        }
+        let whole = plans.events.iter().any(|p| p.latency.is_none() && p.key.is_none());
+        if whole {
+            counts(out, plans, events, snap);
+        }
+        let idle = tables::idle(plans, snap, false);
+        if idle > 0 && !whole {
+            let _ = writeln!(out, "({idle} more {} of globs, not hit)\n", if idle == 1 { "event" } else { "events" });
+        }
+    }
+    for (h, plan) in plans.hists.iter().enumerate() {
+        let values: u64 = snap.hists[h].iter().sum();
+        let kind = if plan.scale == Scale::Log2 { "hist" } else { "lhist" };
+        let title = tables::hist_title(&plan.name, &plan.scale);
+        let _ = writeln!(out, "{kind} {title}: {}", plural(values, "value", "values"));
+        buckets::write(out, &plan.scale, &snap.hists[h]);
+        if snap.faults[h] > 0 {
+            let _ = writeln!(out, "({} could not be read)", plural(snap.faults[h], "value", "values"));
+        }
+        not_kept(out, "", snap.unblocked[plan.event], "values");
+        out.push('\n');
+    }
+    for (l, plan) in plans.latencies.iter().enumerate() {
+        let lat = &snap.latencies[l];
+        if !tables::shown(plans, plan.event, lat.entered.max(lat.calls)) {
+            continue;
+        }
+        let ns = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ns"));
+        let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
+        let _ = writeln!(
+            out,
+            "latency {}: {}, total {} ns, min {}, mean {}, max {}",
+            names.function(plan.event),
+            plural(lat.calls, "call", "calls"),
+            lat.total,
+            ns(lat.min),
+            ns(mean),
+            ns(lat.max)
+        );
+        buckets::write(out, &Scale::Log2, &lat.hist);
+        if names.trapped(plan.event) {
+            out.push_str("(an int3 probe: each time includes the return from its trap; see --verbose)\n");
+        }
+        if let Some(left) = left.get(l).filter(|_| frame.end) {
+            not_returned(out, left);
+        }
+        not_kept(out, "", snap.unblocked[plan.event], "calls");
+        out.push('\n');
+    }
+    let idle = tables::idle(plans, snap, true);
+    if idle > 0 {
+        let _ =
+            writeln!(out, "({idle} more {} of globs, not called)\n", if idle == 1 { "function" } else { "functions" });
+    }
+}
+
+fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot) {
+    let (rows, (rest, rest_hits)) = tables::counts(plans, snap, false);
+    let width = rows.iter().map(|&(i, _)| events[i].name.len()).max().unwrap_or(0).max(5);
+    let _ = writeln!(out, "{:<width$} {:>12}", "EVENT", "COUNT");
+    for (i, n) in rows {
+        let _ = writeln!(out, "{:<width$} {n:>12}", events[i].name);
+    }
+    if rest > 0 {
+        let _ = writeln!(
+            out,
+            "({rest} more {}: {})",
+            if rest == 1 { "event" } else { "events" },
+            plural(rest_hits, "hit", "hits")
+        );
+    }
+    let idle = tables::idle(plans, snap, false);
+    if idle > 0 {
+        let _ = writeln!(out, "({idle} more {} of globs, not hit)", if idle == 1 { "event" } else { "events" });
+    }
+    out.push('\n');
+}
+
+fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot, event: usize, names: &mut dyn Names) {
+    let k = tables::keyed(plans, snap, events, event, names);
+    let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
+    let _ = writeln!(
+        out,
+        "count {} by {by}: {}, {}",
+        events[event].name,
+        plural(k.total, "hit", "hits"),
+        plural(k.keys as u64, "key", "keys")
+    );
+    let width = k.rows.iter().map(|r| r.text.len()).max().unwrap_or(0).max(by.len());
+    let _ = writeln!(out, "  {by:<width$} {:>12}", "COUNT");
+    for r in &k.rows {
+        let _ = writeln!(out, "  {:<width$} {:>12}", r.text, r.count);
+    }
+    if k.rest.0 > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} more {}: {})",
+            k.rest.0,
+            if k.rest.0 == 1 { "key" } else { "keys" },
+            plural(k.rest.1, "hit", "hits")
+        );
+    }
+    if k.dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} not counted by {by}: their thread had {} keys already)",
+            plural(k.dropped, "hit", "hits"),
+            crate::aggregate::plan::KEY_SLOTS
+        );
+    }
+    not_kept(out, "  ", k.unblocked, "hits");
+    out.push('\n');
+}
+
+fn not_kept(out: &mut String, indent: &str, n: u64, what: &str) {
+    if n > 0 {
+        let _ = writeln!(
+            out,
+            "{indent}({n} {what} not kept: their threads found no counters free ({} threads had them))",
+            crate::aggregate::blocks::THREADS
+        );
+    }
+}
+
+fn not_returned(out: &mut String, left: &Left) {
+    let total = left.total();
+    if total > 0 {
+        let parts: Vec<String> = [
+            (left.gone, "left by longjmp or an exception"),
+            (left.pending, "pending at the end"),
+            (left.thread_exit, "at thread exit"),
+            (left.children, "in children that exec'd"),
+            (left.elsewhere, "still running on other threads or in processes that ended"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect();
+        let _ = writeln!(out, "({} did not return: {})", plural(total, "call", "calls"), parts.join(", "));
+    }
+    if left.missed > 0 {
+        let _ = writeln!(
+            out,
+            "({} not timed: more were pending on their thread than maxactive allows)",
+            plural(left.missed, "call", "calls")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::merge::Latency;
+    use crate::aggregate::plan::{build, EventInfo};
+    use crate::aggregate::request::{parse_hist, Request};
+    use crate::aggregate::tables::Interval;
+    use crate::trace::def::Kind;
+    use crate::trace::fetch::{parse, Site};
+    use crate::trace::format::Symbols;
+
+    struct Fake;
+    impl Symbols for Fake {
+        fn symbolize(&mut self, addr: u64) -> String {
+            format!("{addr:#x}")
+        }
+    }
+    impl Names for Fake {
+        fn comm(&mut self, _: i32) -> String {
+            String::new()
+        }
+        fn function(&mut self, _: usize) -> String {
+            "work".into()
+        }
+        fn trapped(&mut self, _: usize) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_report_with_every_section() {
+        let args = vec![parse("size=%di:u32", 1, Site::Entry).unwrap()];
+        let info = [
+            EventInfo {
+                name: "malloc",
+                group: "g",
+                definition: "",
+                kind: Kind::Entry,
+                args: &args,
+                latency: false,
+                at_entry: true,
+            },
+            EventInfo {
+                name: "free",
+                group: "g",
+                definition: "",
+                kind: Kind::Entry,
+                args: &[],
+                latency: false,
+                at_entry: true,
+            },
+            EventInfo {
+                name: "work__return",
+                group: "latency",
+                definition: "",
+                kind: Kind::Return,
+                args: &[],
+                latency: true,
+                at_entry: true,
+            },
+        ];
+        let request = Request {
+            count: true,
+            by: None,
+            top: None,
+            hists: vec![parse_hist("malloc.size").unwrap()],
+            latency: Vec::new(),
+            interval_ns: Some(1),
+            cumulative: false,
+            json: false,
+        };
+        let plans = build(&info, &request).unwrap();
+        let mut hist = vec![0; 66];
+        hist[3] = 2;
+        let mut lat_hist = vec![0; 66];
+        lat_hist[22] = 2;
+        let snap = Snapshot {
+            counts: vec![2, 5, 0],
+            dropped: vec![0; 3],
+            unblocked: vec![0; 3],
+            hists: vec![hist],
+            faults: vec![1],
+            latencies: vec![Latency {
+                calls: 2,
+                total: 3_000_001,
+                min: Some(1_500_000),
+                max: Some(1_500_001),
+                entered: 3,
+                hist: lat_hist,
+            }],
+            ..Snapshot::default()
+        };
+        let views: Vec<EventView> =
+            info.iter().map(|e| EventView { name: e.name, group: e.group, args: e.args }).collect();
+        let frame = Frame {
+            pid: 1,
+            interval: Some(Interval { index: 2, from_ns: 1_000_000_000, to_ns: 2_500_000_000, cumulative: false }),
+            end: true,
+            ts: 0,
+        };
+        let left = [Left { gone: 1, ..Left::default() }];
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &left, &mut Fake);
+        let bar = "@".repeat(52);
+        assert_eq!(
+            out,
+            format!(
+                "interval 2: 1.000-2.500 s (end of run)\n\
+                 EVENT         COUNT\n\
+                 free              5\n\
+                 malloc            2\n\
+                 \n\
+                 hist malloc.size: 2 values\n\
+                 [2, 4)                 2 |{bar}|\n\
+                 (1 value could not be read)\n\
+                 \n\
+                 latency work: 2 calls, total 3000001 ns, min 1500000 ns, mean 1500000 ns, max 1500001 ns\n\
+                 [1M, 2M)               2 |{bar}|\n\
+                 (1 call did not return: 1 left by longjmp or an exception)\n\
+                 \n"
+            )
+        );
+    }
+
+    #[test]
+    fn events_of_a_glob_that_were_not_hit_are_left_out() {
+        let info: Vec<EventInfo> = ["str_a", "str_b", "str_c", "f"]
+            .iter()
+            .map(|n| EventInfo {
+                name: n,
+                group: "g",
+                definition: if n.starts_with("str") { "p x:str*" } else { "p x:f" },
+                kind: Kind::Entry,
+                args: &[],
+                latency: false,
+                at_entry: true,
+            })
+            .collect();
+        let request = Request {
+            count: true,
+            by: None,
+            top: None,
+            hists: Vec::new(),
+            latency: Vec::new(),
+            interval_ns: None,
+            cumulative: false,
+            json: false,
+        };
+        let plans = build(&info, &request).unwrap();
+        let snap =
+            Snapshot { counts: vec![0, 4, 0, 0], dropped: vec![0; 4], unblocked: vec![0; 4], ..Snapshot::default() };
+        let views: Vec<EventView> =
+            info.iter().map(|e| EventView { name: e.name, group: e.group, args: e.args }).collect();
+        let frame = Frame { pid: 1, interval: None, end: true, ts: 0 };
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &[], &mut Fake);
+        assert_eq!(
+            out,
+            "EVENT        COUNT\nstr_b            4\nf                0\n(2 more events of globs, not hit)\n\n"
+        );
+    }
+}
