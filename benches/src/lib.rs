@@ -9,8 +9,9 @@
 //! - [`decode`]: the tiny x86-64 decoder the out-of-line ptrace engine relocates with (pure);
 //! - [`engines`]: one module per way of running the fixture (none and sigtrap, uprobe-run,
 //!   ptrace, kernel);
-//! - [`stats`]: medians and run sizes; [`report`]: the table, JSON and SVG; [`machine`]: what
-//!   the numbers were measured on;
+//! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON; [`table`]: the
+//!   table on stdout; [`svg`]: the chart;
+//!   [`machine`]: what the numbers were measured on;
 //! - [`sys`]: the only module that calls the kernel directly (fork/exec, wait, ptrace,
 //!   perf_event_open, CPU affinity); everything else is safe code.
 #![deny(unsafe_code)]
@@ -24,4 +25,6 @@ pub mod json;
 pub mod machine;
 pub mod report;
 pub mod stats;
+pub mod svg;
 pub mod sys;
+pub mod table;

@@ -7,7 +7,6 @@ use crate::engines::{Engine, Failure, Kind};
 use crate::json::Json;
 use crate::machine::Machine;
 use crate::stats::Summary;
-use std::fmt::Write as _;
 
 /// One hit-cost row: every run of one (engine, kind, function, threads).
 #[derive(Clone, Debug)]
@@ -43,7 +42,7 @@ impl HitRow {
     }
 
     /// What uprobe-run did differently from what the row's engine names, if anything.
-    fn strategy_note(&self) -> Option<&str> {
+    pub(crate) fn strategy_note(&self) -> Option<&str> {
         let s = self.strategy.as_deref()?;
         let expected = match self.engine {
             Engine::Int3 => "int3",
@@ -53,7 +52,7 @@ impl HitRow {
         (s.split_whitespace().next() != Some(expected)).then_some(s)
     }
 
-    fn function_label(&self) -> &str {
+    pub(crate) fn function_label(&self) -> &str {
         if self.kind == Kind::Trap {
             "-"
         } else {
@@ -207,7 +206,7 @@ impl Report {
             .collect()
     }
 
-    fn startup_base_ms(&self) -> Option<f64> {
+    pub(crate) fn startup_base_ms(&self) -> Option<f64> {
         let first = self.startup.first()?;
         if first.handler.is_some() || first.failure.is_some() {
             return None;
@@ -215,7 +214,7 @@ impl Report {
         Some(Summary::of(&first.samples_ms)?.median)
     }
 
-    fn startup_base_rss(&self) -> Option<u64> {
+    pub(crate) fn startup_base_rss(&self) -> Option<u64> {
         let first = self.startup.first()?;
         if first.handler.is_some() {
             return None;
@@ -244,167 +243,6 @@ impl Report {
             }
         }
         out
-    }
-
-    pub fn table(&self) -> String {
-        let mut t = String::new();
-        let _ = writeln!(t, "hitcost on {} (load average at start: {})", self.machine.summary(), self.machine.load);
-        let _ = writeln!(
-            t,
-            "{} runs per row, median (min..max); ns/hit is over the unprobed call of the same \
-             function and thread count; ratio is to uprobe-run's int3 row of the same kind",
-            self.runs
-        );
-        let _ = writeln!(t);
-        let header = format!(
-            "{:<11} {:<12} {:<8} {:>3} {:>10} {:>21} {:>9} {:>8}",
-            "engine", "kind", "function", "thr", "ns/hit", "(min..max)", "hits/s", "vs int3"
-        );
-        let _ = writeln!(t, "{header}");
-        let _ = writeln!(t, "{}", "-".repeat(header.len()));
-        let mut last_group: Option<String> = None;
-        for row in &self.rows {
-            let group = group_of(row);
-            if last_group.as_ref().is_some_and(|g| *g != group) {
-                let _ = writeln!(t);
-            }
-            last_group = Some(group);
-            let lead = format!(
-                "{:<11} {:<12} {:<8} {:>3}",
-                row.engine.name(),
-                row.kind.name(),
-                row.function_label(),
-                row.threads
-            );
-            match (&row.failure, self.derived(row)) {
-                (Some(Failure::Unavailable(why)), _) => {
-                    let _ = writeln!(t, "{lead}  unavailable: {why}");
-                }
-                (Some(Failure::Invalid(why)), _) => {
-                    let _ = writeln!(t, "{lead}  invalid: {why}");
-                }
-                (None, None) => {
-                    let _ = writeln!(t, "{lead}  no result (baseline missing)");
-                }
-                (None, Some(d)) => {
-                    let range = if d.baseline.is_none() {
-                        "baseline".to_owned()
-                    } else {
-                        format!("({}..{})", fmt_ns(d.per_hit.min), fmt_ns(d.per_hit.max))
-                    };
-                    let ratio = d.ratio.map_or("-".to_owned(), fmt_ratio);
-                    let note = row.strategy_note().map_or(String::new(), |s| format!("  runtime chose {s}"));
-                    let _ = writeln!(
-                        t,
-                        "{lead} {:>10} {:>21} {:>9} {:>8}{note}",
-                        fmt_ns(d.per_hit.median),
-                        range,
-                        fmt_rate(d.hits_per_sec),
-                        ratio
-                    );
-                }
-            }
-        }
-
-        let ratios = self.sigtrap_ratios();
-        if !ratios.is_empty() {
-            let _ = writeln!(
-                t,
-                "\nint3 entry probe against the bare in-process SIGTRAP round trip (medians; fastest runs):"
-            );
-            for r in ratios {
-                let _ = writeln!(
-                    t,
-                    "  {:<8} {:>10} ns/hit = {} the round trip;  fastest run {:>10} ns/hit = {}",
-                    r.function,
-                    fmt_ns(r.ns_per_hit),
-                    fmt_ratio(r.ratio),
-                    fmt_ns(r.ns_per_hit_min),
-                    fmt_ratio(r.ratio_of_mins)
-                );
-            }
-        }
-        let scaling = self.scaling();
-        if !scaling.is_empty() {
-            let _ = writeln!(t, "\nScaling, 2 threads hitting the same probe (ns/hit per thread):");
-            for (e, k, f, one, two) in scaling {
-                let _ = writeln!(
-                    t,
-                    "  {:<10} {:<6} {:<8} 1 thread {:>9}   2 threads {:>9}   {}",
-                    e.name(),
-                    k.name(),
-                    f,
-                    fmt_ns(one),
-                    fmt_ns(two),
-                    if one > 0.0 { fmt_ratio(two / one) } else { "-".into() }
-                );
-            }
-        }
-
-        if !self.startup.is_empty() {
-            let _ = writeln!(
-                t,
-                "\nStart-up (whole run of `hitloop idle`, median of {}; +: over the program alone):",
-                self.runs
-            );
-            let base = self.startup_base_ms();
-            for s in &self.startup {
-                let _ = write!(t, "  {:<50}", s.label);
-                if let Some(f) = &s.failure {
-                    let kind = if matches!(f, Failure::Unavailable(_)) { "unavailable" } else { "invalid" };
-                    let _ = writeln!(t, " {kind}: {}", f.reason());
-                    continue;
-                }
-                let Some(ms) = Summary::of(&s.samples_ms) else {
-                    let _ = writeln!(t, " no result");
-                    continue;
-                };
-                let _ = write!(t, " {:>9.2} ms", ms.median);
-                match (base, &s.handler) {
-                    (Some(b), Some(_)) => {
-                        let _ = write!(t, "  {:>+9.2} ms", ms.median - b);
-                    }
-                    (_, Some(_)) => {
-                        let _ = write!(t, "{:14}", "");
-                    }
-                    _ => {}
-                }
-                if let Some(h) = &s.handler {
-                    let _ = write!(t, "  registered {}", h.registered);
-                    if h.failed > 0 {
-                        let _ = write!(t, ", failed {} ({})", h.failed, errno_list(&h.failed_by_errno));
-                    }
-                }
-                if let Some(r) = &s.stats {
-                    let kinds = if r.syscalls_by_kind.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", r.syscalls_by_kind)
-                    };
-                    let _ = write!(
-                        t,
-                        "\n  {:<50}   placement {:.2} ms, {} syscalls{kinds}, {} maps read{}, {} SIGTRAPs in the runtime",
-                        "",
-                        r.placement_ms,
-                        r.syscalls,
-                        r.maps_reads,
-                        if r.maps_reads == 1 { "" } else { "s" },
-                        r.traps_in_runtime
-                    );
-                }
-                let _ = writeln!(t);
-            }
-        }
-        t.push_str(&attach::table(&self.attach, self.runs));
-        let memory = self.memory();
-        if !memory.is_empty() {
-            let _ = writeln!(t, "\nResident memory at exit (VmRSS):");
-            for (label, rss, added) in memory {
-                let added = added.map_or(String::new(), |a| format!("  {a:+} kB with the runtime"));
-                let _ = writeln!(t, "  {label:<56} {rss:>7} kB{added}");
-            }
-        }
-        t
     }
 
     pub fn to_json(&self) -> Json {
@@ -537,118 +375,10 @@ impl Report {
         }
         Json::obj(o)
     }
-
-    /// Horizontal bars of ns per hit on a log axis; rows without a number are written out.
-    pub fn svg(&self) -> String {
-        const LABEL_W: f64 = 300.0;
-        const BAR_W: f64 = 560.0;
-        const ROW_H: f64 = 18.0;
-        const TOP: f64 = 64.0;
-        const WIDTH: f64 = 1080.0;
-        let x0 = LABEL_W + 10.0;
-        let values: Vec<f64> =
-            self.rows.iter().filter_map(|r| self.derived(r)).map(|d| d.per_hit.median).filter(|v| *v > 0.0).collect();
-        let lo = values.iter().copied().fold(f64::INFINITY, f64::min).max(0.1);
-        let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
-        let (lo_exp, hi_exp) =
-            if values.is_empty() { (0, 6) } else { (lo.log10().floor() as i32, hi.log10().ceil() as i32) };
-        let span = f64::from((hi_exp - lo_exp).max(1));
-        let x_of = |v: f64| x0 + BAR_W * ((v.max(10f64.powi(lo_exp)).log10() - f64::from(lo_exp)) / span);
-        let (offsets, rows_h) = row_offsets(&self.rows, ROW_H, 8.0);
-        let height = TOP + rows_h + 50.0;
-
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{x0}" y="20" font-size="15" font-weight="bold">ns per probe hit over an unprobed call (log scale)</text>"#
-        );
-        let _ = writeln!(s, r##"<text x="{x0}" y="38" fill="#555">{}</text>"##, xml_escape(&self.machine.summary()));
-        let axis_bottom = TOP + rows_h;
-        for e in lo_exp..=hi_exp {
-            let x = x_of(10f64.powi(e));
-            let _ = writeln!(
-                s,
-                r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{axis_bottom:.1}" stroke="#ddd"/>"##,
-                TOP - 6.0
-            );
-            let _ = writeln!(
-                s,
-                r##"<text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{}</text>"##,
-                axis_bottom + 16.0,
-                fmt_decade(e)
-            );
-        }
-        let _ = writeln!(
-            s,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">ns per hit</text>"##,
-            x0 + BAR_W / 2.0,
-            axis_bottom + 34.0
-        );
-        for (i, row) in self.rows.iter().enumerate() {
-            let y = TOP + offsets[i];
-            let label = format!(
-                "{} {} {}{}",
-                row.engine.name(),
-                if row.kind == Kind::Trap { "(bare int3 round trip)" } else { row.kind.name() },
-                if row.kind == Kind::Trap { "" } else { row.function },
-                if row.threads > 1 { format!(" ×{}", row.threads) } else { String::new() }
-            );
-            let _ = writeln!(
-                s,
-                r#"<text x="{LABEL_W}" y="{:.1}" text-anchor="end">{}</text>"#,
-                y + 13.0,
-                xml_escape(&label)
-            );
-            match (&row.failure, self.derived(row)) {
-                (None, Some(d)) => {
-                    let v = d.per_hit.median;
-                    let x1 = x_of(v);
-                    let _ = writeln!(
-                        s,
-                        r#"<rect x="{x0}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"/>"#,
-                        y + 2.0,
-                        (x1 - x0).max(1.0),
-                        ROW_H - 4.0,
-                        engine_color(row.engine)
-                    );
-                    let note = if d.baseline.is_none() { " (plain call)" } else { "" };
-                    let _ = writeln!(
-                        s,
-                        r#"<text x="{:.1}" y="{:.1}">{} ns{note}</text>"#,
-                        x1.max(x0) + 4.0,
-                        y + 13.0,
-                        fmt_ns(v)
-                    );
-                }
-                (failure, _) => {
-                    let text = match failure {
-                        Some(Failure::Unavailable(r)) => format!("unavailable: {r}"),
-                        Some(Failure::Invalid(r)) => format!("invalid: {r}"),
-                        None => "no result".into(),
-                    };
-                    let text: String = text.chars().take(110).collect();
-                    let _ = writeln!(
-                        s,
-                        r##"<text x="{:.1}" y="{:.1}" fill="#888" font-style="italic">{}</text>"##,
-                        x0 + 4.0,
-                        y + 13.0,
-                        xml_escape(&text)
-                    );
-                }
-            }
-        }
-        s.push_str("</svg>\n");
-        s
-    }
 }
 
 /// Rows that are shown together: the baselines, one (function, kind), the 2-thread rows.
-fn group_of(row: &HitRow) -> String {
+pub(crate) fn group_of(row: &HitRow) -> String {
     if row.threads > 1 {
         "scaling".to_owned()
     } else if matches!(row.engine, Engine::None | Engine::Sigtrap) {
@@ -656,20 +386,6 @@ fn group_of(row: &HitRow) -> String {
     } else {
         format!("{} {}", row.function, row.kind.name())
     }
-}
-
-/// Top of each row in the chart, with a gap between groups; and the total height used.
-fn row_offsets(rows: &[HitRow], row_h: f64, gap: f64) -> (Vec<f64>, f64) {
-    let mut y = 0.0;
-    let mut out = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        if i > 0 && group_of(&rows[i - 1]) != group_of(row) {
-            y += gap;
-        }
-        out.push(y);
-        y += row_h;
-    }
-    (out, y)
 }
 
 fn status(f: &Option<Failure>) -> &'static str {
@@ -680,36 +396,11 @@ fn status(f: &Option<Failure>) -> &'static str {
     }
 }
 
-fn errno_list(v: &[(i32, u64)]) -> String {
+pub(crate) fn errno_list(v: &[(i32, u64)]) -> String {
     v.iter().map(|(e, n)| format!("{} x{n}", errno_name(*e))).collect::<Vec<_>>().join(", ")
 }
 
-fn engine_color(e: Engine) -> &'static str {
-    match e {
-        Engine::None => "#9e9e9e",
-        Engine::Sigtrap => "#8c564b",
-        Engine::Int3 => "#1f77b4",
-        Engine::Jump => "#17becf",
-        Engine::Kernel => "#2ca02c",
-        Engine::PtraceOol => "#ff7f0e",
-        Engine::Ptrace => "#d62728",
-        Engine::PtraceXcpu => "#7f1d1d",
-    }
-}
-
-fn fmt_decade(e: i32) -> String {
-    match e {
-        i32::MIN..=-1 => format!("{}", 10f64.powi(e)),
-        0..=6 => group_thousands(10u64.pow(e as u32)),
-        _ => format!("1e{e}"),
-    }
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-fn group_thousands(n: u64) -> String {
+pub(crate) fn group_thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -858,7 +549,7 @@ mod tests {
         assert_eq!(fmt_rate(1_250_000.0), "1.25 M");
         assert_eq!(fmt_ratio(0.3629), "0.36x");
         assert_eq!(fmt_ratio(124.0), "124x");
-        assert_eq!(fmt_decade(3), "1,000");
-        assert_eq!(fmt_decade(-1), "0.1");
+        assert_eq!(crate::svg::fmt_decade(3), "1,000");
+        assert_eq!(crate::svg::fmt_decade(-1), "0.1");
     }
 }

@@ -31,9 +31,8 @@ pub fn page_ceil(addr: usize) -> usize {
 #[inline(always)]
 unsafe fn raw(nr: libc::c_long, args: [usize; 6]) -> isize {
     let ret: isize;
-    // SAFETY: the x86-64 Linux syscall convention: number in rax, arguments in rdi, rsi, rdx,
-    // r10, r8, r9; the kernel clobbers rcx and r11 and returns in rax. The caller vouches
-    // for the arguments.
+    // SAFETY: the x86-64 syscall convention (rax, then rdi rsi rdx r10 r8 r9; rcx and r11
+    // clobbered, the result in rax); the caller vouches for the arguments.
     unsafe {
         core::arch::asm!(
             "syscall",

@@ -71,9 +71,9 @@ pub fn count_left(f: &Frame, why: Left) {
     // SAFETY: the probe point is never freed; its consumer list is valid in this section.
     let pp = unsafe { &*(f.pp as *const ProbePoint) };
     let list = pp.consumers.load(Ordering::SeqCst);
-    // SAFETY: as above; `rp` is touched only while it is registered, and unregister waits for
-    // this section before the user may free it. Its reserved words belong to the runtime,
-    // which only updates them atomically; they are pointer-sized and aligned.
+    // `rp` is touched only while registered: unregister waits for this section before the
+    // user may free it. Its reserved words are the runtime's, pointer-sized and aligned.
+    // SAFETY: as above, and the words are only ever updated atomically.
     unsafe {
         if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(f.rp)) {
             let word = core::ptr::addr_of_mut!((*f.rp).u.reserved[why as usize]).cast::<usize>();
