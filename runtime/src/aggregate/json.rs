@@ -160,27 +160,9 @@ mod tests {
     use crate::aggregate::merge::{KeyId, Latency};
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_lhist, Request};
+    use crate::aggregate::tables::PlainNames as Fake;
     use crate::trace::def::Kind;
     use crate::trace::fetch::{parse, Site};
-    use crate::trace::format::Symbols;
-
-    struct Fake;
-    impl Symbols for Fake {
-        fn symbolize(&mut self, addr: u64) -> String {
-            format!("{addr:#x}")
-        }
-    }
-    impl Names for Fake {
-        fn comm(&mut self, _: i32) -> String {
-            String::new()
-        }
-        fn function(&mut self, _: usize) -> String {
-            "work".into()
-        }
-        fn trapped(&mut self, _: usize) -> bool {
-            false
-        }
-    }
 
     #[test]
     fn one_object_a_line_with_the_fields_named() {
@@ -208,12 +190,9 @@ mod tests {
         let request = Request {
             count: true,
             by: Some("flags".into()),
-            top: None,
             hists: vec![parse_lhist("f.flags,0,20,10").unwrap()],
-            latency: Vec::new(),
-            interval_ns: None,
-            cumulative: false,
             json: true,
+            ..Request::default()
         };
         let plans = build(&info, &request).unwrap();
         let snap = Snapshot {

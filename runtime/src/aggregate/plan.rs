@@ -345,16 +345,7 @@ mod tests {
     }
 
     fn request() -> Request {
-        Request {
-            count: false,
-            by: None,
-            top: None,
-            hists: Vec::new(),
-            latency: Vec::new(),
-            interval_ns: None,
-            cumulative: false,
-            json: false,
-        }
+        Request::default()
     }
 
     fn info<'a>(name: &'a str, args: &'a [FetchArg], latency: bool) -> EventInfo<'a> {

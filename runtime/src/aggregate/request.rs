@@ -7,7 +7,7 @@ use thiserror::Error;
 use crate::aggregate::buckets::{Scale, MAX_LINEAR_BUCKETS};
 use crate::base::spec::Aggregate;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
     pub count: bool,
     pub by: Option<String>,

@@ -221,6 +221,30 @@ fn show_key(key: Option<Key>, id: &KeyId, args: &[FetchArg], comm: bool, names: 
     (text, json)
 }
 
+/// Names for tests: every address in hex, every function `work`, no thread names.
+#[cfg(test)]
+pub(crate) struct PlainNames;
+
+#[cfg(test)]
+impl Symbols for PlainNames {
+    fn symbolize(&mut self, addr: u64) -> String {
+        format!("{addr:#x}")
+    }
+}
+
+#[cfg(test)]
+impl Names for PlainNames {
+    fn comm(&mut self, _: i32) -> String {
+        String::new()
+    }
+    fn function(&mut self, _: usize) -> String {
+        "work".into()
+    }
+    fn trapped(&mut self, _: usize) -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,16 +276,7 @@ mod tests {
     }
 
     fn request(by: &str, top: Option<usize>) -> Request {
-        Request {
-            count: true,
-            by: Some(by.into()),
-            top,
-            hists: Vec::new(),
-            latency: Vec::new(),
-            interval_ns: None,
-            cumulative: false,
-            json: false,
-        }
+        Request { count: true, by: Some(by.into()), top, ..Request::default() }
     }
 
     fn key(event: usize, w: u64) -> KeyId {

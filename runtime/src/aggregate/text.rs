@@ -201,27 +201,9 @@ mod tests {
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_hist, Request};
     use crate::aggregate::tables::Interval;
+    use crate::aggregate::tables::PlainNames as Fake;
     use crate::trace::def::Kind;
     use crate::trace::fetch::{parse, Site};
-    use crate::trace::format::Symbols;
-
-    struct Fake;
-    impl Symbols for Fake {
-        fn symbolize(&mut self, addr: u64) -> String {
-            format!("{addr:#x}")
-        }
-    }
-    impl Names for Fake {
-        fn comm(&mut self, _: i32) -> String {
-            String::new()
-        }
-        fn function(&mut self, _: usize) -> String {
-            "work".into()
-        }
-        fn trapped(&mut self, _: usize) -> bool {
-            false
-        }
-    }
 
     #[test]
     fn a_report_with_every_section() {
@@ -257,13 +239,9 @@ mod tests {
         ];
         let request = Request {
             count: true,
-            by: None,
-            top: None,
             hists: vec![parse_hist("malloc.size").unwrap()],
-            latency: Vec::new(),
             interval_ns: Some(1),
-            cumulative: false,
-            json: false,
+            ..Request::default()
         };
         let plans = build(&info, &request).unwrap();
         let mut hist = vec![0; 66];
@@ -332,16 +310,7 @@ mod tests {
                 at_entry: true,
             })
             .collect();
-        let request = Request {
-            count: true,
-            by: None,
-            top: None,
-            hists: Vec::new(),
-            latency: Vec::new(),
-            interval_ns: None,
-            cumulative: false,
-            json: false,
-        };
+        let request = Request { count: true, ..Request::default() };
         let plans = build(&info, &request).unwrap();
         let snap =
             Snapshot { counts: vec![0, 4, 0, 0], dropped: vec![0; 4], unblocked: vec![0; 4], ..Snapshot::default() };

@@ -3,7 +3,8 @@
 //! own `unsetenv`, which does nothing before bash has read its environment), and the runtime
 //! must take itself out of what the program's children inherit whatever they do.
 //!
-//! Normal context, start-up: before the program's constructors, no other thread.
+//! Normal context, start-up: before the program's constructors, no other thread; [`value`]
+//! also from the exec interposers.
 
 use core::ffi::{c_char, CStr};
 use std::ffi::CString;
@@ -33,7 +34,29 @@ fn value_of<'a>(entry: &'a [u8], name: &str) -> Option<&'a [u8]> {
 
 /// The value of `name`.
 pub fn get(name: &str) -> Option<String> {
-    entries().into_iter().find_map(|(_, e)| value_of(e, name).map(|v| String::from_utf8_lossy(v).into_owned()))
+    value(name).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The value of `name` as the environment holds it, found without allocating (the exec
+/// interposers use it, which may run in a signal handler).
+pub fn value(name: &str) -> Option<&'static [u8]> {
+    // SAFETY: `environ` is the process's NULL-terminated array of C strings; at start-up no
+    // other thread changes it, and an exec's caller does not change it concurrently either
+    // (glibc's execvp reads it the same way).
+    unsafe {
+        let env = libc::environ;
+        if env.is_null() {
+            return None;
+        }
+        let mut i = 0;
+        while !(*env.add(i)).is_null() {
+            if let Some(v) = value_of(CStr::from_ptr(*env.add(i)).to_bytes(), name) {
+                return Some(v);
+            }
+            i += 1;
+        }
+    }
+    None
 }
 
 /// Removes every `name=` entry, closing the gap in the array.

@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::sys;
 use crate::hazard::endings::{end, Ending};
+use crate::hazard::environ;
 
 /// What an exec function's first arguments name.
 #[derive(Clone, Copy)]
@@ -177,7 +178,7 @@ fn found_in_path(file: *const c_char) -> bool {
     if name.contains(&b'/') {
         return runnable(libc::AT_FDCWD, file, 0);
     }
-    let path = path_variable().unwrap_or(b"/bin:/usr/bin");
+    let path = environ::value("PATH").unwrap_or(b"/bin:/usr/bin");
     let mut buf = [0u8; 4096];
     path.split(|&b| b == b':').any(|dir| {
         // An empty entry is the current directory.
@@ -192,25 +193,4 @@ fn found_in_path(file: *const c_char) -> bool {
         buf[len] = 0;
         CStr::from_bytes_with_nul(&buf[..=len]).is_ok_and(|p| sys::may_execute_at(libc::AT_FDCWD, p, 0))
     })
-}
-
-/// `PATH`'s value, read from `environ` without allocating.
-fn path_variable() -> Option<&'static [u8]> {
-    // SAFETY: `environ` is the process's NULL-terminated array of C strings; exec's callers
-    // do not change it concurrently (glibc's execvp reads it the same way).
-    unsafe {
-        let env = libc::environ;
-        if env.is_null() {
-            return None;
-        }
-        let mut i = 0;
-        while !(*env.add(i)).is_null() {
-            let entry = CStr::from_ptr(*env.add(i)).to_bytes();
-            if let Some(value) = entry.strip_prefix(b"PATH=") {
-                return Some(value);
-            }
-            i += 1;
-        }
-    }
-    None
 }
