@@ -278,3 +278,32 @@ fn the_event_stream_and_the_aggregations_end_with_every_ending_too() {
         assert_eq!(counted.output, "EVENT        COUNT\nw                3\n\n", "{how}");
     }
 }
+
+#[test]
+fn a_signal_sent_while_the_report_runs_neither_cuts_it_nor_changes_the_ending() {
+    let prog = endings();
+    let handler = test_handler("slow_exit");
+    for (how, status) in [("_exit", 4), ("exit", 3)] {
+        let out = tempfile("out");
+        let mut child = Command::new(uprobe_run())
+            .arg("-o")
+            .arg(&out)
+            .args(["--handlers", handler.to_str().unwrap(), prog.to_str().unwrap(), how])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(&out).unwrap_or_default().contains("exit start") {
+            assert!(started.elapsed().as_secs() < 10, "no report started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: kill takes plain integers; the child is ours and not yet waited for.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let ended = child.wait().unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        assert_eq!(ended.code(), Some(status), "{how}: {ended:?}");
+        assert_eq!(text, "exit start\nexit end\n", "{how}");
+    }
+}

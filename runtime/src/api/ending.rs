@@ -10,7 +10,9 @@
 //! 4. the end of the event stream, and the aggregations' reports;
 //! 5. the runtime's own lines: hits that ran no handler, and `--stats`.
 //!
-//! Before an `exec`, the probes still armed are then removed: if the exec fails all the same
+//! Asynchronous signals are blocked while it runs: one that arrives then neither cuts it short
+//! nor changes how the process ends (the program had already chosen). Before an `exec`, the
+//! probes still armed are then removed and the mask put back: if the exec fails all the same
 //! (`hazard::exec` lets through only those the kernel may accept), the program goes on
 //! unprobed, and its report is not printed again. Another thread that ends the
 //! process meanwhile waits (two seconds at most) for the report to finish.
@@ -50,6 +52,11 @@ pub fn finish(how: Ending) {
         return;
     }
     STARTED_TID.store(tid, Ordering::SeqCst);
+    // The program has decided how it ends: a signal sent meanwhile must neither cut the
+    // report short nor change that ending (without the runtime, the process would already be
+    // gone). Only the signals a fault raises, glibc's own two, and, for a fatal signal's
+    // report, the watchdog's, stay open.
+    let old_mask = sys::block_signals(!kept_open(how));
     // An attach session's libraries report to their session first.
     attach::agent::process_ends();
     report::report_changed_sites();
@@ -69,6 +76,23 @@ pub fn finish(how: Ending) {
     }
     if how == Ending::Exec {
         lifecycle::unregister_everything();
+        // The exec'd program inherits the mask (and gets what arrived meanwhile, as it
+        // would have); an exit keeps the signals blocked to its end.
+        sys::set_signal_mask(old_mask);
     }
     DONE_PID.store(pid, Ordering::SeqCst);
+}
+
+/// The signals the report leaves deliverable: those a fault raises (a handler's fault is
+/// still named, a probe still hits), glibc's internal ones (another thread's `setuid` waits
+/// for every thread), and SIGALRM for a fatal signal's watchdog.
+fn kept_open(how: Ending) -> u64 {
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    let mut open = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGABRT, 32, 33]
+        .into_iter()
+        .fold(0, |m, s| m | bit(s));
+    if matches!(how, Ending::Signal(_)) {
+        open |= bit(libc::SIGALRM);
+    }
+    open
 }

@@ -7,7 +7,7 @@
 //! (the registered probe objects) is an immutable snapshot swapped atomically; an old
 //! snapshot is freed only after a grace period (`rcu`). Writers hold the registry lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
@@ -139,7 +139,14 @@ pub fn insert(pp: &'static ProbePoint) -> Result<(), TableFull> {
         let p = TABLE[i].load(Ordering::Acquire);
         // SAFETY: as in `lookup`.
         if p.is_null() || unsafe { (*p).addr } == pp.addr {
-            TABLE[i].store(pp as *const ProbePoint as *mut ProbePoint, Ordering::Release);
+            let n = LISTED.load(Ordering::Relaxed);
+            if n == LIST.len() {
+                return Err(TableFull);
+            }
+            let pp = pp as *const ProbePoint as *mut ProbePoint;
+            LIST[n].store(pp, Ordering::Release);
+            LISTED.store(n + 1, Ordering::Release);
+            TABLE[i].store(pp, Ordering::Release);
             return Ok(());
         }
         i = (i + 1) & (TABLE_SIZE - 1);
@@ -147,11 +154,19 @@ pub fn insert(pp: &'static ProbePoint) -> Result<(), TableFull> {
     Err(TableFull)
 }
 
-/// Every probe point ever made.
+/// Every point inserted, in order, so that walking them does not read the whole table (a
+/// process's end-of-run report walks them, in every forked child too). A point replaced at
+/// its address stays listed; [`points`] skips it.
+static LIST: [AtomicPtr<ProbePoint>; TABLE_SIZE / 2] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLE_SIZE / 2];
+static LISTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Every probe point ever made (the current one at each address).
 pub fn points() -> impl Iterator<Item = &'static ProbePoint> {
-    TABLE.iter().filter_map(|entry| {
+    LIST[..LISTED.load(Ordering::Acquire).min(LIST.len())].iter().filter_map(|entry| {
         // SAFETY: as in `lookup`.
-        unsafe { entry.load(Ordering::Acquire).as_ref() }
+        let pp = unsafe { entry.load(Ordering::Acquire).as_ref()? };
+        lookup(pp.addr).filter(|current| core::ptr::eq(*current, pp))
     })
 }
 
