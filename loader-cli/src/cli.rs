@@ -25,7 +25,8 @@ With --pid, uprobe-run attaches to the running process PID instead: it loads the
 into it (if it is not there), runs the handlers' uprobe_init there and stays in the
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
-0 after a detach, 127 if a uprobe_init failed, 2 for a refusal (nothing was changed).
+0 after a detach, 127 if a uprobe_init failed, 2 for a refusal (nothing was changed). Events,
+aggregations and --list are for programs uprobe-run starts.
 
 Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)

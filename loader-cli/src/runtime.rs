@@ -68,10 +68,16 @@ fn cache_dirs(other_user: bool) -> Vec<PathBuf> {
         Some(_) if other_user => {}
         Some(dir) => dirs.push(dir),
         None if other_user => {}
-        None => dirs.extend(env_dir("HOME").map(|home| home.join(".cache"))),
+        // A home that does not exist is not made.
+        None => dirs.extend(env_dir("HOME").filter(|home| home.is_dir()).map(|home| home.join(".cache"))),
     }
-    dirs.push(std::env::temp_dir().join(format!("uprobe-run-{}", crate::sys::uid())));
+    dirs.push(tmp_dir());
     dirs
+}
+
+/// This user's directory in /tmp.
+fn tmp_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("uprobe-run-{}", crate::sys::uid()))
 }
 
 /// Writes the embedded runtime to `<cache>/uprobe-run/<version>-<hash>/libuprobe.so`, unless
@@ -100,8 +106,11 @@ fn write_once(base: &Path, path: &Path) -> io::Result<()> {
         return Ok(());
     }
     let dir = path.parent().expect("the leaf has directories");
-    if base.starts_with(std::env::temp_dir()) {
+    if base == tmp_dir() {
         private_dir(base)?;
+    } else if !base.is_dir() {
+        // The cache directory itself, as the XDG spec asks: private.
+        DirBuilder::new().recursive(true).mode(0o700).create(base)?;
     }
     DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
     // Written beside and renamed: a concurrent run sees the old file or the whole new one.
@@ -118,6 +127,14 @@ fn write_once(base: &Path, path: &Path) -> io::Result<()> {
         let _ = fs::remove_file(&temp);
     }
     renamed
+}
+
+/// `/tmp/uprobe-run-UID`, made private if it is not there (see [`private_dir`]): files any
+/// process may open by name, that only this user can change.
+pub fn shared_private_dir() -> io::Result<PathBuf> {
+    let dir = tmp_dir();
+    private_dir(&dir)?;
+    Ok(dir)
 }
 
 /// A directory in a shared place (/tmp) that only this user can write: created 0711 (others

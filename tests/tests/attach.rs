@@ -394,6 +394,29 @@ fn a_failing_uprobe_init_removes_its_probes_and_leaves_the_process_running() {
 }
 
 #[test]
+fn a_probe_on_a_module_the_process_has_not_loaded_is_refused_not_left_waiting() {
+    need_ptrace!();
+    let prog = myprog();
+    let count = artefact("libcount.so");
+    let mut target = Target::start(&prog, &["--stdin"]);
+    let mut session = Session::begin(target.pid, &["--handlers", path(&count), "--param", "probes=lbc:malloc"]);
+    let (status, lines) = session.wait();
+    assert_eq!(status.code(), Some(127), "{lines:?}");
+    let own = session.own_lines();
+    assert!(
+        own.iter().any(|l| l.contains(
+            "module \"lbc\" is not loaded (symbol \"malloc\"), and a runtime attached to a running process does \
+             not see the libraries it loads later"
+        )),
+        "{own:?} {lines:?}"
+    );
+    target.send("call");
+    assert_eq!(target.out.expect("myfunc(0)"), "myfunc(0) = 1");
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
 fn sigterm_duration_and_the_process_exit_end_the_session() {
     need_ptrace!();
     let prog = myprog();
@@ -503,6 +526,37 @@ fn attaching_to_a_process_started_by_uprobe_run_adds_to_its_own_probes() {
         Run { status, stdout: String::new(), stderr: String::new(), output: std::fs::read_to_string(&own).unwrap() };
     assert_eq!(count_table(&run), [("tick".to_string(), 9)], "{}", run.output);
     assert!(!run.output.contains("session"), "the session's output went to the process's: {}", run.output);
+}
+
+#[test]
+fn a_session_with_the_library_the_run_already_uses_gets_its_own_copy() {
+    need_ptrace!();
+    let count = artefact("libcount.so");
+    let own = tempfile("own-output");
+    let mut launch = Command::new(uprobe_run());
+    launch.args(int3_only().then_some("--no-optimize"));
+    launch.args(["--handlers", path(&count), "--param", "probes=tick", "-o", path(&own), path(&service()), "2"]);
+    let mut target = Target::start_with(&mut launch);
+    target.send("tick 2");
+    target.out.expect("ticked 2");
+    // The same libcount.so, with its own probe list: its statics are the session's.
+    let session = Session::start(target.pid, &["--handlers", path(&count), "--param", "probes=tick,work"]);
+    target.send("tick 4");
+    target.out.expect("ticked 4");
+    let (status, lines) = session.end(libc::SIGINT);
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    let session_run = Run { status, stdout: String::new(), stderr: String::new(), output: lines.join("\n") };
+    let table = count_table(&session_run);
+    assert_eq!(table.len(), 2, "{lines:?}");
+    assert_eq!(table[0], ("tick".to_string(), 4), "{lines:?}");
+    // The run's own instance went on counting through the session and after it.
+    target.send("tick 3");
+    target.out.expect("ticked 3");
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    let run =
+        Run { status, stdout: String::new(), stderr: String::new(), output: std::fs::read_to_string(&own).unwrap() };
+    assert_eq!(count_table(&run), [("tick".to_string(), 9)], "{}", run.output);
 }
 
 #[test]

@@ -307,3 +307,40 @@ fn a_signal_sent_while_the_report_runs_neither_cuts_it_nor_changes_the_ending() 
         assert_eq!(text, "exit start\nexit end\n", "{how}");
     }
 }
+
+#[test]
+fn probes_on_the_functions_that_end_the_process_are_in_its_report() {
+    // _exit, _Exit, exit's own _exit and the exec functions end the process right after the
+    // report: their probes hit before it, with the arguments of the call.
+    let prog = endings();
+    let defs = [
+        "-e",
+        "p:quit libc.so.6:_exit status=%di:s32",
+        "-e",
+        "p:run libc.so.6:execve path=+0(%di):string argv0=+0(+0(%si)):string",
+        "-e",
+        "p:runl libc.so.6:execl path=+0(%di):string",
+    ];
+    let cases = [
+        ("_exit", "quit: (_exit+0x0) status=4"),
+        ("_Exit", "quit: (_exit+0x0) status=5"),
+        ("exit", "quit: (_exit+0x0) status=3"),
+        ("exec", "runl: (execl+0x0) path=\"/bin/true\""),
+    ];
+    for (how, record) in cases {
+        let mut args = defs.to_vec();
+        args.extend([prog.to_str().unwrap(), how]);
+        let run = run_uprobe(&args);
+        let records: Vec<&str> = run.output.lines().filter_map(|l| l.split_once("]  ").map(|(_, r)| r)).collect();
+        assert!(
+            records.iter().any(|r| r.split_once(": ").is_some_and(|(_, rest)| rest == record)),
+            "{how}: no {record:?} in\n{}",
+            run.output
+        );
+        if how == "exec" {
+            // execl ends in execve, with the path and the argument vector it built.
+            let execve = "run: (execve+0x0) path=\"/bin/true\" argv0=\"true\"";
+            assert!(records.iter().any(|r| r.ends_with(execve)), "{}", run.output);
+        }
+    }
+}

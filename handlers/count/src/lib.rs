@@ -109,7 +109,12 @@ fn exit() {
     for e in entries.iter() {
         line.clear();
         let hits = e.probe.state.load(Ordering::Relaxed);
-        let _ = spec::write_row(&mut line, &e.spec, e.address.load(Ordering::Relaxed), hits);
+        // A probe that waited for its module has its address once it was placed.
+        let address = match e.address.load(Ordering::Relaxed) {
+            0 => e.probe.vaddr(),
+            known => known,
+        };
+        let _ = spec::write_row(&mut line, &e.spec, address, hits);
         line.emit();
     }
     entries.iter().for_each(|e| e.probe.unregister());

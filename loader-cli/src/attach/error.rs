@@ -10,6 +10,8 @@ use crate::error::describe;
 
 #[derive(Debug, Error)]
 pub enum AttachError {
+    #[error("{}: cannot copy it to {} for the session (the process has loaded it already): {}", .path.display(), .copy.display(), crate::error::describe(.source))]
+    Copy { path: std::path::PathBuf, copy: std::path::PathBuf, source: std::io::Error },
     #[error("nothing to do: give a handler library (--handlers LIB.so) to run in process {pid}")]
     NothingToDo { pid: i32 },
     #[error("process {0}: no such process")]

@@ -12,6 +12,7 @@
 //!    whenever the agent writes a batch, relays the handlers' output, and on Ctrl-C, SIGTERM,
 //!    the end of `--duration` or the process's exit, ends it.
 
+mod copies;
 mod error;
 mod inject;
 mod net;
@@ -67,6 +68,10 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     if request.handlers.is_empty() {
         return Err(AttachError::NothingToDo { pid: target.pid });
     }
+    // Libraries the process has already (its own run's) are loaded from copies.
+    let mut request = request;
+    let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
+    request.handlers = handlers;
     let name = wire::socket_name(std::process::id(), target.pid);
     let listener = net::listen(&name).map_err(AttachError::Socket)?;
     let out = session::Output::open(request.output.as_deref())?;

@@ -75,11 +75,25 @@ pub fn not_permitted(pid: i32) -> AttachError {
     let theirs = status_field(pid, "Uid").and_then(|u| u.split_whitespace().next().map(str::to_owned));
     let ours = ptrace::effective_uid();
     let why = match theirs {
-        Some(uid) if uid != ours.to_string() => format!("it runs as uid {uid}, uprobe-run as uid {ours}"),
-        Some(_) => format!("same uid {ours}, without CAP_SYS_PTRACE"),
+        Some(uid) if uid != ours.to_string() && !has_cap_sys_ptrace() => {
+            format!("it runs as uid {uid}, uprobe-run as uid {ours}")
+        }
+        Some(_) if !has_cap_sys_ptrace() => format!("same uid {ours}, without CAP_SYS_PTRACE"),
+        Some(uid) => format!(
+            "it runs as uid {uid}; uprobe-run (uid {ours}) has CAP_SYS_PTRACE, yet the kernel refused: a security \
+             module, another user namespace, or a process that made itself undumpable"
+        ),
         None => format!("uprobe-run runs as uid {ours}"),
     };
     AttachError::NotPermitted { pid, why, yama: yama() }
+}
+
+/// Whether uprobe-run's effective capabilities include CAP_SYS_PTRACE.
+fn has_cap_sys_ptrace() -> bool {
+    const CAP_SYS_PTRACE: u32 = 19;
+    status_field(std::process::id() as i32, "CapEff")
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
 }
 
 /// Maps an error reading `/proc/PID/...` to the refusal it means.

@@ -199,6 +199,7 @@ fn run(channel: Channel, preloaded: bool) {
 
 /// Runs the session until it ends.
 fn serve(channel: &Channel, mut session: Session) {
+    let started = crate::base::stats::Counters::now();
     if let Err(line) = session.load() {
         session.end();
         let _ = channel.send(&FromAgent::Failed { line });
@@ -218,7 +219,7 @@ fn serve(channel: &Channel, mut session: Session) {
             Event::Message(Ok(ToAgent::Detach)) => {
                 let (probes, mut notes) = session.end();
                 if session.spec.options.stats {
-                    notes.push(format!("stats: {}", crate::base::stats::summary()));
+                    notes.push(crate::base::stats::summary_since(&started));
                 }
                 let _ = channel.send(&FromAgent::Detached { probes, notes });
                 return;

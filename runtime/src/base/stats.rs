@@ -111,17 +111,51 @@ pub fn add_placement_syscalls(s: Syscalls) {
     }
 }
 
+/// The counters of the `--stats` line, read at one moment (an attach session reports what
+/// happened since it started).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    placement_ns: u64,
+    batches: u64,
+    points: u64,
+    jumps: u64,
+    placement_syscalls: [u64; CALLS.len()],
+    maps_reads: u64,
+    traps: u64,
+}
+
+impl Counters {
+    pub fn now() -> Counters {
+        Counters {
+            placement_ns: PLACEMENT_NS.get(),
+            batches: BATCHES.get(),
+            points: POINTS_ARMED.get(),
+            jumps: JUMPS_WRITTEN.get(),
+            placement_syscalls: core::array::from_fn(|i| PLACEMENT_SYSCALLS[i].load(Ordering::Relaxed)),
+            maps_reads: MAPS_READS.get(),
+            traps: TRAPS_IN_RUNTIME.get(),
+        }
+    }
+}
+
 /// The `--stats` line (without the `uprobe-run: ` prefix).
 pub fn summary() -> String {
+    summary_since(&Counters::default())
+}
+
+/// The `--stats` line for what happened since `start`.
+pub fn summary_since(start: &Counters) -> String {
+    let now = Counters::now();
     let mut line = String::new();
-    let placement: Vec<u64> = PLACEMENT_SYSCALLS.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let placement: Vec<u64> =
+        now.placement_syscalls.iter().zip(&start.placement_syscalls).map(|(n, s)| n.saturating_sub(*s)).collect();
     let _ = write!(
         line,
         "stats: placement {:.3} ms in {} batches, {} points armed ({} jumps), syscalls {}",
-        PLACEMENT_NS.get() as f64 / 1e6,
-        BATCHES.get(),
-        POINTS_ARMED.get(),
-        JUMPS_WRITTEN.get(),
+        now.placement_ns.saturating_sub(start.placement_ns) as f64 / 1e6,
+        now.batches.saturating_sub(start.batches),
+        now.points.saturating_sub(start.points),
+        now.jumps.saturating_sub(start.jumps),
         placement.iter().sum::<u64>(),
     );
     let mut sep = " (";
@@ -134,6 +168,11 @@ pub fn summary() -> String {
     if sep == ", " {
         line.push(')');
     }
-    let _ = write!(line, "; maps reads {}; SIGTRAPs in the runtime {}", MAPS_READS.get(), TRAPS_IN_RUNTIME.get());
+    let _ = write!(
+        line,
+        "; maps reads {}; SIGTRAPs in the runtime {}",
+        now.maps_reads.saturating_sub(start.maps_reads),
+        now.traps.saturating_sub(start.traps)
+    );
     line
 }

@@ -23,9 +23,11 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
+use crate::base::abi::PtRegs;
 use crate::base::sys;
 use crate::hazard::interpose::Next;
 use crate::hazard::sigset;
+use crate::probe::dispatch;
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +80,7 @@ const WATCHDOG_SECONDS: u32 = 2;
 pub fn init(report: fn(Ending)) {
     REPORT.store(report as usize, Ordering::Release);
     note_pid();
-    for next in [&EXIT, &EXIT_UPPER] {
+    for next in [&EXIT, &EXIT_UPPER, &EXIT_LIBC] {
         next.resolve();
     }
     super::exec::resolve_all();
@@ -90,7 +92,7 @@ pub fn note_pid() {
 }
 
 /// Whether the caller is a child sharing the process's memory (`vfork`, before it execs).
-fn in_vfork_child() -> bool {
+pub fn in_vfork_child() -> bool {
     sys::getpid() != PID.load(Ordering::Relaxed)
 }
 
@@ -142,13 +144,41 @@ pub(crate) extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: 
     }
 }
 
-/// The `atexit` handler: the program returned from `main` or called `exit`.
+/// The `atexit` handler: the program returned from `main` or called `exit`. `exit` ends in
+/// `_exit`, whose probes hit now, before the report (see `probe::dispatch::hit_ahead`),
+/// with the status given to `exit` when the program called it itself (0 after a return from
+/// `main`, which glibc's start code passes to `exit` directly).
 pub extern "C" fn at_exit() {
+    if !in_vfork_child() {
+        exit_hit_ahead(EXIT_STATUS.load(Ordering::Relaxed));
+    }
     end(Ending::Exit);
 }
 
+/// The status the program gave `exit`.
+static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
+
 static EXIT: Next = Next::new(c"_exit");
 static EXIT_UPPER: Next = Next::new(c"_Exit");
+static EXIT_LIBC: Next = Next::new(c"exit");
+
+/// The probes of libc's `_exit`, hit before the report that precedes it.
+fn exit_hit_ahead(status: c_int) {
+    let mut regs = PtRegs { rdi: status as u64, ..PtRegs::default() };
+    regs.rsp = &regs as *const PtRegs as u64;
+    dispatch::hit_ahead(EXIT.get() as usize, &mut regs);
+}
+
+/// `exit(3)`, interposed only to know the status (see [`at_exit`]).
+///
+/// # Safety
+/// The libc contract.
+#[no_mangle]
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    EXIT_STATUS.store(status, Ordering::Relaxed);
+    // SAFETY: libc's exit, which takes the status and does not return.
+    unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT_LIBC.get())(status) }
+}
 
 /// `_exit(2)`, interposed: see the module doc.
 ///
@@ -156,6 +186,9 @@ static EXIT_UPPER: Next = Next::new(c"_Exit");
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    if !in_vfork_child() {
+        exit_hit_ahead(status);
+    }
     end(Ending::QuickExit);
     // SAFETY: libc's _exit, which takes the status and does not return.
     unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT.get())(status) }
@@ -168,6 +201,9 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[no_mangle]
 #[allow(non_snake_case)]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    if !in_vfork_child() {
+        exit_hit_ahead(status);
+    }
     end(Ending::QuickExit);
     // SAFETY: libc's _Exit, which takes the status and does not return.
     unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT_UPPER.get())(status) }

@@ -233,6 +233,46 @@ fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
     }
 }
 
+/// The entry hit of a call that the end of the process will overtake: `_exit` and the
+/// `exec` functions end the process (or its program) right after the end-of-run report, so
+/// their own probes, hit only then, would run after it. Their entry probes' handlers run
+/// here instead, before the report, as a hit at `addr` with `regs` would run them; return
+/// probes are left out (the call does not come back). Normal context.
+pub fn hit_ahead(addr: usize, regs: &mut PtRegs) {
+    let Some(pp) = table::lookup(addr) else { return };
+    let t = thread::current();
+    if t.quiet() {
+        return;
+    }
+    regs.rip = addr as u64;
+    t.busy.set(true);
+    let saved_errno = t.errno();
+    let epoch = rcu::read_lock(t);
+    let consumers = pp.consumers.load(Ordering::SeqCst);
+    if !consumers.is_null() {
+        // SAFETY: as in `on_trap`.
+        for &consumer in unsafe { &(*consumers).probes } {
+            let Consumer::Uprobe(u) = consumer else { continue };
+            let outer = t.handling.replace(consumer.key());
+            // SAFETY: as in `run_consumers`.
+            unsafe {
+                if let Some(handler) = (*u).handler {
+                    let outer_code = t.code.replace(handler as usize);
+                    handler(u, regs);
+                    t.code.set(outer_code);
+                }
+            }
+            t.handling.set(outer);
+        }
+    }
+    rcu::read_unlock(epoch);
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        deferred::run_deferred();
+    }
+    t.set_errno(saved_errno);
+}
+
 /// Calls the handlers of `consumers` in registration order (busy, in a read-side section),
 /// each with the thread marked as running that probe's handler (see `owners`).
 #[inline(always)]

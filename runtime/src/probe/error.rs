@@ -19,6 +19,11 @@ pub enum RegisterError {
     UnknownSymbol(String),
     #[error("module {module:?} is not loaded (symbol {symbol:?})")]
     UnknownModule { module: String, symbol: String },
+    #[error(
+        "module {module:?} is not loaded (symbol {symbol:?}), and a runtime attached to a running \
+         process does not see the libraries it loads later: the probe would never be placed"
+    )]
+    ModuleNotLoadedNow { module: String, symbol: String },
     #[error("bad probe specification {0:?}: {1}")]
     BadSpec(String, elf::SpecError),
     #[error("{0:#x} is not in executable code")]
@@ -86,7 +91,7 @@ impl RegisterError {
         -match self {
             OtherProcess(..) => libc::ESRCH,
             AlreadyRegistered => libc::EEXIST,
-            UnknownSymbol(_) | UnknownModule { .. } => libc::ENOENT,
+            UnknownSymbol(_) | UnknownModule { .. } | ModuleNotLoadedNow { .. } => libc::ENOENT,
             ForeignBreakpoint(_) => libc::EBUSY,
             Slot { .. } | TableFull => libc::ENOMEM,
             GoProgram => libc::ENOTSUP,

@@ -29,6 +29,7 @@ use crate::probe::returnable;
 use crate::probe::ssol::Slots;
 use crate::probe::symbols::View;
 use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
+use crate::probe::thread;
 
 /// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
 pub static VERBOSE: AtomicBool = AtomicBool::new(false);
@@ -265,6 +266,11 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
         Where::Symbol(name, offset) => match elf::parse_spec(&name) {
             Err(e) => Err(RegisterError::BadSpec(name.clone(), e)),
             Ok(spec) => match resolve_within(&mut st.view, &spec, offset) {
+                // A runtime loaded into a running process sees no later dlopen: the probe
+                // would wait forever.
+                Err(RegisterError::UnknownModule { module, symbol }) if thread::pooled_states() => {
+                    Err(RegisterError::ModuleNotLoadedNow { module, symbol })
+                }
                 // Armed when the module is loaded (`pending`); 0 says so to the caller.
                 Err(RegisterError::UnknownModule { module, .. }) => {
                     st.pending

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::base::elf::LoadedModule;
+use crate::base::elf::{self, LoadedModule};
 use crate::base::sys;
 use crate::probe::place::{self, Strategy};
 use crate::probe::registry;
@@ -38,12 +38,13 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
             for s in info.symbols().iter().filter(|s| s.code && s.size > 0) {
                 let shown = demangle(&s.name).unwrap_or_else(|| s.name.clone());
                 let full = format!("{file}:{shown}");
+                let names = |p: &str| glob(p, &s.name) || glob(p, &shown) || glob(p, without_parameters(&shown));
                 let wanted = pattern.is_none_or(|p| {
-                    glob(p, &s.name)
-                        || glob(p, &shown)
-                        || glob(p, without_parameters(&shown))
+                    names(p)
                         || glob(p, &full)
                         || glob(p, &format!("{file}:{}", s.name))
+                        // MODULE:SYMBOL with the module named as in a definition (`libc`).
+                        || module_part(p).is_some_and(|(module, sym)| elf::module_matches(&m.path, module) && names(sym))
                 });
                 if !wanted {
                     continue;
@@ -70,4 +71,11 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
     });
     let _ = sys::write_all(fd, out.as_bytes());
     count
+}
+
+/// A pattern's `MODULE:` part and the rest, where it has one (a `::` belongs to a C++ name).
+fn module_part(pattern: &str) -> Option<(&str, &str)> {
+    let at = pattern.find(':')?;
+    let (module, rest) = (&pattern[..at], &pattern[at + 1..]);
+    (!module.is_empty() && !rest.starts_with(':')).then_some((module, rest))
 }

@@ -433,7 +433,9 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
     for (i, e) in failed {
         let s = &sources[targets[i].source];
         let at = where_at(&s.def);
-        let e = DefError { at, what: format!("a place a probe can go: {e}") };
+        let many = matches!(&s.def.place, Place::Symbol { name, .. } if def::is_glob(name));
+        let hint = if many { " (--lenient skips the functions a glob matches that cannot be probed)" } else { "" };
+        let e = DefError { at, what: format!("a place a probe can go: {e}{hint}") };
         refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
     }
 }
