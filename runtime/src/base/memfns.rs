@@ -12,8 +12,42 @@ core::arch::global_asm!(
     ".globl memcpy",
     ".hidden memcpy",
     ".type memcpy,@function",
+    // Up to 16 bytes (most copies: fields, short names): two overlapping loads and stores,
+    // no `rep movsb`, whose start-up costs more than such a copy.
     "memcpy:",
     "mov rax, rdi",
+    "cmp rdx, 16",
+    "ja 7f",
+    "cmp rdx, 8",
+    "jb 8f",
+    "mov rcx, qword ptr [rsi]",
+    "mov r8, qword ptr [rsi + rdx - 8]",
+    "mov qword ptr [rdi], rcx",
+    "mov qword ptr [rdi + rdx - 8], r8",
+    "ret",
+    "8:",
+    "cmp rdx, 4",
+    "jb 9f",
+    "mov ecx, dword ptr [rsi]",
+    "mov r8d, dword ptr [rsi + rdx - 4]",
+    "mov dword ptr [rdi], ecx",
+    "mov dword ptr [rdi + rdx - 4], r8d",
+    "ret",
+    "9:",
+    "test rdx, rdx",
+    "jz 10f",
+    "movzx ecx, byte ptr [rsi]",
+    "movzx r8d, byte ptr [rsi + rdx - 1]",
+    "cmp rdx, 2",
+    "jbe 11f",
+    "movzx r9d, byte ptr [rsi + 1]",
+    "mov byte ptr [rdi + 1], r9b",
+    "11:",
+    "mov byte ptr [rdi], cl",
+    "mov byte ptr [rdi + rdx - 1], r8b",
+    "10:",
+    "ret",
+    "7:",
     "mov rcx, rdx",
     "rep movsb",
     "ret",
@@ -46,9 +80,23 @@ core::arch::global_asm!(
     ".globl memset",
     ".hidden memset",
     ".type memset,@function",
+    // Short fills (padding) byte by byte: `rep stosb` starts slowly.
     "memset:",
     "mov r8, rdi",
     "mov eax, esi",
+    "cmp rdx, 32",
+    "ja 13f",
+    "test rdx, rdx",
+    "jz 14f",
+    "12:",
+    "mov byte ptr [rdi], al",
+    "inc rdi",
+    "dec rdx",
+    "jnz 12b",
+    "14:",
+    "mov rax, r8",
+    "ret",
+    "13:",
     "mov rcx, rdx",
     "rep stosb",
     "mov rax, r8",
@@ -117,5 +165,21 @@ mod tests {
         b.fill(0);
         assert!(b.iter().all(|&x| x == 0));
         assert_eq!(c"hello".count_bytes(), 5);
+    }
+
+    #[test]
+    fn every_short_length_copies_and_fills_exactly() {
+        let src: Vec<u8> = (1..=40u8).collect();
+        for len in 0..=33 {
+            let mut dst = [0u8; 40];
+            // A length the compiler cannot see: the call goes to memcpy.
+            let n = std::hint::black_box(len);
+            dst[1..1 + n].copy_from_slice(&src[..n]);
+            assert_eq!(&dst[1..1 + n], &src[..n], "{len}");
+            assert!(dst[0] == 0 && dst[1 + n..].iter().all(|&b| b == 0), "{len}");
+            let mut fill = [0u8; 40];
+            fill[1..1 + n].fill(std::hint::black_box(0xab));
+            assert!(fill[1..1 + n].iter().all(|&b| b == 0xab) && fill[0] == 0 && fill[1 + n..].iter().all(|&b| b == 0));
+        }
     }
 }

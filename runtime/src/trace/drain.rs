@@ -40,14 +40,15 @@ pub enum Format {
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
 
-/// One record taken out of a ring.
+/// One record taken out of a ring; its bytes are `at..at + len` of the state's arena.
 struct Staged {
     ns: u64,
     seq: u64,
     tid: i32,
     pid: i32,
     ring: usize,
-    bytes: Vec<u8>,
+    at: usize,
+    len: usize,
 }
 
 /// A call whose entry was recorded and whose return may be (Chrome slices).
@@ -60,6 +61,12 @@ struct Open {
 
 struct State {
     staged: Vec<Staged>,
+    /// The staged records' bytes, one after the other (no allocation per record), and the
+    /// arena and output buffer of the previous pass, kept for the next (their pages stay
+    /// faulted in).
+    arena: Vec<u8>,
+    spare: Vec<u8>,
+    out: Vec<u8>,
     seq: u64,
     /// Per ring: the claim generation seen, and the owner's name.
     comms: HashMap<usize, (u32, Vec<u8>)>,
@@ -75,12 +82,16 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 struct SymbolCache(HashMap<u64, String>);
 
+impl SymbolCache {
+    /// `sym+0xoff` for `addr`, looked up once.
+    fn name(&mut self, addr: u64) -> &str {
+        self.0.entry(addr).or_insert_with(|| registry::symbolize(addr as usize).unwrap_or_else(|| format!("{addr:#x}")))
+    }
+}
+
 impl Symbols for SymbolCache {
     fn symbolize(&mut self, addr: u64) -> String {
-        self.0
-            .entry(addr)
-            .or_insert_with(|| registry::symbolize(addr as usize).unwrap_or_else(|| format!("{addr:#x}")))
-            .clone()
+        self.name(addr).to_string()
     }
 }
 
@@ -90,6 +101,9 @@ pub fn start(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
     *STATE.lock() = Some(State {
         staged: Vec::new(),
+        arena: Vec::new(),
+        spare: Vec::new(),
+        out: Vec::new(),
         seq: 0,
         comms: HashMap::new(),
         symbols: SymbolCache(HashMap::new()),
@@ -158,6 +172,7 @@ pub fn after_fork() {
     }
     if let Some(st) = STATE.lock().as_mut() {
         st.staged.clear();
+        st.arena.clear();
         st.open.clear();
         st.comms.clear();
         st.first = false;
@@ -195,8 +210,10 @@ fn pass(last: bool) -> bool {
                     tid,
                     pid,
                     ring: key,
-                    bytes: rec.to_vec(),
+                    at: st.arena.len(),
+                    len: rec.len(),
                 });
+                st.arena.extend_from_slice(rec);
             }
         });
         let generation = ring.generation.load(Ordering::Acquire);
@@ -211,10 +228,20 @@ fn pass(last: bool) -> bool {
     st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
     let ready = st.staged.partition_point(|s| s.ns <= watermark);
     let batch: Vec<Staged> = st.staged.drain(..ready).collect();
-    let mut out = Vec::with_capacity(batch.len() * 96);
+    let mut out = core::mem::take(&mut st.out);
+    out.clear();
+    let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
+    st.arena.clear();
     for s in &batch {
-        emit(st, s, &mut out);
+        emit(st, s, &arena[s.at..s.at + s.len], &mut out);
     }
+    // What stays staged moves to the front of the other arena.
+    for s in &mut st.staged {
+        let at = st.arena.len();
+        st.arena.extend_from_slice(&arena[s.at..s.at + s.len]);
+        s.at = at;
+    }
+    st.spare = arena;
     if last {
         end(st, &mut out);
         st.done = true;
@@ -222,6 +249,7 @@ fn pass(last: bool) -> bool {
     if !out.is_empty() {
         write_out(&out);
     }
+    st.out = out;
     !last
 }
 
@@ -239,13 +267,13 @@ fn comm_of(tid: i32) -> Vec<u8> {
     }
 }
 
-fn emit(st: &mut State, s: &Staged, out: &mut Vec<u8>) {
-    let Some(h) = format::header(&s.bytes) else { return };
+fn emit(st: &mut State, s: &Staged, bytes: &[u8], out: &mut Vec<u8>) {
+    let Some(h) = format::header(bytes) else { return };
     let Some(ev) = events::get(h.event) else { return };
-    let Some(values) = format::decode(&ev.args, &s.bytes) else { return };
-    let comm = st.comms.get(&s.ring).map(|(_, c)| c.clone()).unwrap_or_else(|| b"<...>".to_vec());
-    let probe = st.symbols.symbolize(h.addr);
-    let caller = if ev.kind == Kind::Return { st.symbols.symbolize(h.caller) } else { String::new() };
+    let Some(values) = format::decode(&ev.args, bytes) else { return };
+    let comm = st.comms.get(&s.ring).map_or(&b"<...>"[..], |(_, c)| c.as_slice()).to_vec();
+    let probe = st.symbols.name(h.addr).to_string();
+    let caller = if ev.kind == Kind::Return { st.symbols.name(h.caller).to_string() } else { String::new() };
     let line = Line {
         name: &ev.name,
         group: &ev.group,
@@ -372,7 +400,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
         let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
         for (tid, stack) in open {
             for o in stack {
-                let s = Staged { ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, bytes: Vec::new() };
+                let s = Staged { ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
                 instant(&mut st.first, &mut text, &o.name, "uprobes", o.ns, &s, &o.args);
             }
         }

@@ -153,22 +153,86 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
         Value::Fault => text_value(out, ty, &Value::Num(0), syms),
         Value::Num(raw) => {
             let v = bits_of(ty, *raw);
-            let mut s = String::new();
-            let _ = match ty.base {
-                _ if ty.bitfield.is_some() => write!(s, "{v}"),
-                Base::Unsigned => write!(s, "{v}"),
-                Base::Signed => write!(s, "{}", signed(ty, v)),
-                Base::Hex => write!(s, "{v:#x}"),
-                Base::Char => {
-                    out.extend_from_slice(&[b'\'', v as u8, b'\'']);
-                    return;
+            let mut digits = Digits::new();
+            match ty.base {
+                _ if ty.bitfield.is_some() => out.extend_from_slice(digits.of(v, false)),
+                Base::Unsigned => out.extend_from_slice(digits.of(v, false)),
+                Base::Signed => {
+                    let n = signed(ty, v);
+                    out.extend_from_slice(digits.of(n.unsigned_abs(), n < 0));
                 }
-                Base::Symbol => write!(s, "{}", syms.symbolize(v)),
-                Base::String => Ok(()),
-            };
-            out.extend_from_slice(s.as_bytes());
+                Base::Hex => {
+                    out.extend_from_slice(b"0x");
+                    out.extend_from_slice(digits.hex(v));
+                }
+                Base::Char => out.extend_from_slice(&[b'\'', v as u8, b'\'']),
+                Base::Symbol => out.extend_from_slice(syms.symbolize(v).as_bytes()),
+                Base::String => {}
+            }
         }
     }
+}
+
+/// A number's digits, written right to left into a small buffer (no formatting machinery:
+/// the drain thread formats every record).
+struct Digits([u8; 24]);
+
+impl Digits {
+    fn new() -> Digits {
+        Digits([0; 24])
+    }
+
+    /// `v` in decimal, with a '-' first when `negative`.
+    fn of(&mut self, mut v: u64, negative: bool) -> &[u8] {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            self.0[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        if negative {
+            at -= 1;
+            self.0[at] = b'-';
+        }
+        &self.0[at..]
+    }
+
+    /// `v` in lowercase hexadecimal, without a prefix.
+    fn hex(&mut self, mut v: u64) -> &[u8] {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            self.0[at] = b"0123456789abcdef"[(v & 15) as usize];
+            v >>= 4;
+            if v == 0 {
+                break;
+            }
+        }
+        &self.0[at..]
+    }
+}
+
+/// `text` right-aligned in `width` columns (counted in bytes, as the kernel's trace does).
+fn pad_left(out: &mut Vec<u8>, text: &[u8], width: usize) {
+    out.resize(out.len() + width.saturating_sub(text.len()), b' ');
+    out.extend_from_slice(text);
+}
+
+/// `text` left-aligned in `width` columns.
+fn pad_right(out: &mut Vec<u8>, text: &[u8], width: usize) {
+    out.extend_from_slice(text);
+    out.resize(out.len() + width.saturating_sub(text.len()), b' ');
+}
+
+/// `v` in decimal with leading zeros to `width` digits.
+fn zero_pad(out: &mut Vec<u8>, v: u64, width: usize) {
+    let mut digits = Digits::new();
+    let text = digits.of(v, false);
+    out.resize(out.len() + width.saturating_sub(text.len()), b'0');
+    out.extend_from_slice(text);
 }
 
 /// A JSON string, escaped (bytes that are not UTF-8 become U+FFFD).
@@ -259,22 +323,30 @@ impl Line<'_> {
         }
     }
 
-    /// `comm-tid [cpu] seconds: EVENT: (where) name=value ...` and a newline.
+    /// `comm-tid [cpu] seconds: EVENT: (where) name=value ...` and a newline, as
+    /// `{comm:>16}-{tid:<7} [{cpu:03}] {s:5}.{us:06}: ` would write it (by hand: the drain
+    /// writes millions of these).
     pub fn text(&self, out: &mut Vec<u8>, syms: &mut dyn Symbols) {
         let comm = String::from_utf8_lossy(self.comm);
-        let _ = write!(
-            Writer(out),
-            "{comm:>16}-{:<7} [{:03}] {:5}.{:06}: {}: ",
-            self.tid,
-            self.cpu,
-            self.ns / 1_000_000_000,
-            self.ns % 1_000_000_000 / 1000,
-            self.name
-        );
-        match self.kind {
-            Kind::Entry => out.extend_from_slice(format!("({})", self.probe).as_bytes()),
-            Kind::Return => out.extend_from_slice(format!("({} <- {})", self.caller, self.probe).as_bytes()),
+        pad_left(out, comm.as_bytes(), 16);
+        out.push(b'-');
+        let mut digits = Digits::new();
+        pad_right(out, digits.of(self.tid.unsigned_abs().into(), self.tid < 0), 7);
+        out.extend_from_slice(b" [");
+        zero_pad(out, u64::from(self.cpu), 3);
+        out.extend_from_slice(b"] ");
+        pad_left(out, digits.of(self.ns / 1_000_000_000, false), 5);
+        out.push(b'.');
+        zero_pad(out, self.ns % 1_000_000_000 / 1000, 6);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(self.name.as_bytes());
+        out.extend_from_slice(b": (");
+        if self.kind == Kind::Return {
+            out.extend_from_slice(self.caller.as_bytes());
+            out.extend_from_slice(b" <- ");
         }
+        out.extend_from_slice(self.probe.as_bytes());
+        out.push(b')');
         for (arg, v) in self.args.iter().zip(self.values) {
             out.push(b' ');
             out.extend_from_slice(arg.name.as_bytes());
@@ -348,15 +420,6 @@ pub fn chrome_event(
         out.push_str(",\"s\":\"t\"");
     }
     let _ = write!(out, ",\"pid\":{pid},\"tid\":{tid},\"args\":{args}}}");
-}
-
-struct Writer<'a>(&'a mut Vec<u8>);
-
-impl core::fmt::Write for Writer<'_> {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]
