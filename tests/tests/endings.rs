@@ -333,7 +333,7 @@ fn probes_on_the_functions_that_end_the_process_are_in_its_report() {
         let run = run_uprobe(&args);
         // `comm-tid [cpu] seconds: EVENT: ...`: what follows the timestamp.
         let records: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(": ").map(|(_, r)| r)).collect();
-        assert!(records.iter().any(|r| *r == record), "{how}: no {record:?} in\n{}", run.output);
+        assert!(records.contains(&record), "{how}: no {record:?} in\n{}", run.output);
         if how == "exec" {
             // execl ends in execve, with the path and the argument vector it built.
             let execve = "run: (execve+0x0) path=\"/bin/true\" argv0=\"true\"";
