@@ -40,9 +40,9 @@ pub fn get(name: &str) -> Option<String> {
 /// The value of `name` as the environment holds it, found without allocating (the exec
 /// interposers use it, which may run in a signal handler).
 pub fn value(name: &str) -> Option<&'static [u8]> {
-    // SAFETY: `environ` is the process's NULL-terminated array of C strings; at start-up no
-    // other thread changes it, and an exec's caller does not change it concurrently either
-    // (glibc's execvp reads it the same way).
+    // At start-up no other thread changes `environ`, and an exec's caller does not change it
+    // concurrently either (glibc's execvp reads it the same way).
+    // SAFETY: `environ` is the process's NULL-terminated array of C strings, stable here.
     unsafe {
         let env = libc::environ;
         if env.is_null() {

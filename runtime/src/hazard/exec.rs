@@ -202,11 +202,14 @@ fn arguments(index: usize, saved: &Saved, entry_rsp: usize, argv: &mut [usize; M
         // execl, execlp, execle: (path, arg0, ..., NULL[, envp]).
         _ => {
             let registers = [saved.rsi, saved.rdx, saved.rcx, saved.r8, saved.r9];
-            // SAFETY: a variadic call's arguments past the sixth lie on the caller's stack
-            // above its return address, up to and including the terminating NULL (and
-            // execle's envp after it), as the C calling convention places them.
+            // A variadic call's arguments past the sixth lie on the caller's stack above its
+            // return address, up to and including the terminating NULL (and execle's envp after
+            // it), as the C calling convention places them.
             let word = |i: usize| {
-                registers.get(i).copied().unwrap_or_else(|| unsafe { *((entry_rsp + 8 * (i - 4)) as *const usize) })
+                registers.get(i).copied().unwrap_or_else(|| {
+                    // SAFETY: `entry_rsp + 8 * (i - 4)` is such a stack argument (see above).
+                    unsafe { *((entry_rsp + 8 * (i - 4)) as *const usize) }
+                })
             };
             let mut n = 0;
             while n < MAX_LISTED - 1 {
