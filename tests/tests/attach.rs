@@ -500,18 +500,35 @@ fn an_exec_during_the_session_ends_it() {
     );
 }
 
-#[test]
-fn attaching_to_a_process_started_by_uprobe_run_adds_to_its_own_probes() {
-    need_ptrace!();
-    let count = artefact("libcount.so");
-    let own = tempfile("own-output");
-    let handler = test_handler("attach_hits");
+/// The service run by uprobe-run itself, counting `tick` into `own`, ticked twice.
+fn counted_service(own: &Path) -> Target {
     let mut launch = Command::new(uprobe_run());
     launch.args(int3_only().then_some("--no-optimize"));
-    launch.args(["--handlers", path(&count), "--param", "probes=tick", "-o", path(&own), path(&service()), "2"]);
+    let count = artefact("libcount.so");
+    launch.args(["--handlers", path(&count), "--param", "probes=tick", "-o", path(own), path(&service()), "2"]);
     let mut target = Target::start_with(&mut launch);
     target.send("tick 2");
     target.out.expect("ticked 2");
+    target
+}
+
+/// Ends a [`counted_service`], checks its own count (every tick of the run, 9 in all) and
+/// returns its output.
+fn finish_counted_service(target: Target, own: &Path) -> String {
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    let run =
+        Run { status, stdout: String::new(), stderr: String::new(), output: std::fs::read_to_string(own).unwrap() };
+    assert_eq!(count_table(&run), [("tick".to_string(), 9)], "{}", run.output);
+    run.output
+}
+
+#[test]
+fn attaching_to_a_process_started_by_uprobe_run_adds_to_its_own_probes() {
+    need_ptrace!();
+    let own = tempfile("own-output");
+    let handler = test_handler("attach_hits");
+    let mut target = counted_service(&own);
     let session = Session::start(target.pid, &["--handlers", path(&handler), "--param", "tag=session"]);
     target.send("tick 4");
     target.out.expect("ticked 4");
@@ -520,12 +537,8 @@ fn attaching_to_a_process_started_by_uprobe_run_adds_to_its_own_probes() {
     assert_eq!(lines, ["session attached", "session work is hit", "session tick: 4 hits"]);
     target.send("tick 3");
     target.out.expect("ticked 3");
-    let (status, rest) = target.finish();
-    assert_eq!(status.code(), Some(0), "{rest:?}");
-    let run =
-        Run { status, stdout: String::new(), stderr: String::new(), output: std::fs::read_to_string(&own).unwrap() };
-    assert_eq!(count_table(&run), [("tick".to_string(), 9)], "{}", run.output);
-    assert!(!run.output.contains("session"), "the session's output went to the process's: {}", run.output);
+    let output = finish_counted_service(target, &own);
+    assert!(!output.contains("session"), "the session's output went to the process's: {output}");
 }
 
 #[test]
@@ -533,12 +546,7 @@ fn a_session_with_the_library_the_run_already_uses_gets_its_own_copy() {
     need_ptrace!();
     let count = artefact("libcount.so");
     let own = tempfile("own-output");
-    let mut launch = Command::new(uprobe_run());
-    launch.args(int3_only().then_some("--no-optimize"));
-    launch.args(["--handlers", path(&count), "--param", "probes=tick", "-o", path(&own), path(&service()), "2"]);
-    let mut target = Target::start_with(&mut launch);
-    target.send("tick 2");
-    target.out.expect("ticked 2");
+    let mut target = counted_service(&own);
     // The same libcount.so, with its own probe list: its statics are the session's.
     let session = Session::start(target.pid, &["--handlers", path(&count), "--param", "probes=tick,work"]);
     target.send("tick 4");
@@ -552,11 +560,7 @@ fn a_session_with_the_library_the_run_already_uses_gets_its_own_copy() {
     // The run's own instance went on counting through the session and after it.
     target.send("tick 3");
     target.out.expect("ticked 3");
-    let (status, rest) = target.finish();
-    assert_eq!(status.code(), Some(0), "{rest:?}");
-    let run =
-        Run { status, stdout: String::new(), stderr: String::new(), output: std::fs::read_to_string(&own).unwrap() };
-    assert_eq!(count_table(&run), [("tick".to_string(), 9)], "{}", run.output);
+    finish_counted_service(target, &own);
 }
 
 #[test]

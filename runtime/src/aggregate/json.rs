@@ -161,32 +161,12 @@ mod tests {
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_lhist, Request};
     use crate::aggregate::tables::PlainNames as Fake;
-    use crate::trace::def::Kind;
     use crate::trace::fetch::{parse, Site};
 
     #[test]
     fn one_object_a_line_with_the_fields_named() {
         let args = vec![parse("flags=%di:x8", 1, Site::Entry).unwrap()];
-        let info = [
-            EventInfo {
-                name: "f",
-                group: "g",
-                definition: "",
-                kind: Kind::Entry,
-                args: &args,
-                latency: false,
-                at_entry: true,
-            },
-            EventInfo {
-                name: "w__return",
-                group: "latency",
-                definition: "",
-                kind: Kind::Return,
-                args: &[],
-                latency: true,
-                at_entry: true,
-            },
-        ];
+        let info = [EventInfo::entry("f", &args), EventInfo::timed_return("w__return")];
         let request = Request {
             count: true,
             by: Some("flags".into()),

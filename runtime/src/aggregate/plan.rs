@@ -134,6 +134,19 @@ pub struct EventInfo<'a> {
     pub at_entry: bool,
 }
 
+#[cfg(test)]
+impl<'a> EventInfo<'a> {
+    /// An entry event of group `g` at a function's first instruction (for the tests).
+    pub fn entry(name: &'a str, args: &'a [FetchArg]) -> Self {
+        EventInfo { name, group: "g", definition: "", kind: Kind::Entry, args, latency: false, at_entry: true }
+    }
+
+    /// A `--latency` return event (for the tests).
+    pub fn timed_return(name: &'a str) -> Self {
+        EventInfo { group: "latency", kind: Kind::Return, latency: true, ..Self::entry(name, &[]) }
+    }
+}
+
 /// Why what was asked does not fit the run's events.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum PlanError {
@@ -349,7 +362,7 @@ mod tests {
     }
 
     fn info<'a>(name: &'a str, args: &'a [FetchArg], latency: bool) -> EventInfo<'a> {
-        EventInfo { name, group: "g", definition: "p x:f", kind: Kind::Entry, args, latency, at_entry: true }
+        EventInfo { definition: "p x:f", latency, ..EventInfo::entry(name, args) }
     }
 
     #[test]

@@ -250,7 +250,6 @@ mod tests {
     use super::*;
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::Request;
-    use crate::trace::def::Kind;
     use crate::trace::fetch::{parse, Site};
 
     struct Fake;
@@ -286,15 +285,7 @@ mod tests {
     #[test]
     fn keys_are_shown_as_their_type_says_and_sorted_largest_first() {
         let args = vec![parse("size=%di:s32", 1, Site::Entry).unwrap()];
-        let info = [EventInfo {
-            name: "m",
-            group: "g",
-            definition: "",
-            kind: Kind::Entry,
-            args: &args,
-            latency: false,
-            at_entry: true,
-        }];
+        let info = [EventInfo::entry("m", &args)];
         let plans = build(&info, &request("size", Some(2))).unwrap();
         let snap = Snapshot {
             counts: vec![12],
@@ -319,15 +310,7 @@ mod tests {
 
     #[test]
     fn threads_of_one_name_count_together_and_callers_are_symbols() {
-        let info = [EventInfo {
-            name: "m",
-            group: "g",
-            definition: "",
-            kind: Kind::Entry,
-            args: &[],
-            latency: false,
-            at_entry: true,
-        }];
+        let info = [EventInfo::entry("m", &[])];
         let plans = build(&info, &request("comm", None)).unwrap();
         let snap = Snapshot {
             counts: vec![10],

@@ -202,41 +202,13 @@ mod tests {
     use crate::aggregate::request::{parse_hist, Request};
     use crate::aggregate::tables::Interval;
     use crate::aggregate::tables::PlainNames as Fake;
-    use crate::trace::def::Kind;
     use crate::trace::fetch::{parse, Site};
 
     #[test]
     fn a_report_with_every_section() {
         let args = vec![parse("size=%di:u32", 1, Site::Entry).unwrap()];
-        let info = [
-            EventInfo {
-                name: "malloc",
-                group: "g",
-                definition: "",
-                kind: Kind::Entry,
-                args: &args,
-                latency: false,
-                at_entry: true,
-            },
-            EventInfo {
-                name: "free",
-                group: "g",
-                definition: "",
-                kind: Kind::Entry,
-                args: &[],
-                latency: false,
-                at_entry: true,
-            },
-            EventInfo {
-                name: "work__return",
-                group: "latency",
-                definition: "",
-                kind: Kind::Return,
-                args: &[],
-                latency: true,
-                at_entry: true,
-            },
-        ];
+        let info =
+            [EventInfo::entry("malloc", &args), EventInfo::entry("free", &[]), EventInfo::timed_return("work__return")];
         let request = Request {
             count: true,
             hists: vec![parse_hist("malloc.size").unwrap()],
@@ -301,13 +273,8 @@ mod tests {
         let info: Vec<EventInfo> = ["str_a", "str_b", "str_c", "f"]
             .iter()
             .map(|n| EventInfo {
-                name: n,
-                group: "g",
                 definition: if n.starts_with("str") { "p x:str*" } else { "p x:f" },
-                kind: Kind::Entry,
-                args: &[],
-                latency: false,
-                at_entry: true,
+                ..EventInfo::entry(n, &[])
             })
             .collect();
         let request = Request { count: true, ..Request::default() };
