@@ -14,7 +14,8 @@
 //!                 register and a string fetcharg: uprobe-run -e against the kernel's trace
 //!                 event) and/or `aggregate` (uprobe-run --count and --latency against the
 //!                 counting handler, an entry+return probe with empty handlers and kernel
-//!                 uprobes); the baseline rows always run
+//!                 uprobes) and/or `fork` (what a forked child's life costs with the runtime:
+//!                 fork, _exit, waitpid); the baseline rows always run
 
 use std::fs;
 use std::str::FromStr;
@@ -277,14 +278,7 @@ fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
 /// uprobe-run's event and the kernel's trace event with the same definition.
 fn measure_trace(engines: &Engines, settings: &Settings) -> Vec<(String, Result<f64, String>)> {
     use uprobe_bench::engines::trace;
-    let median = |f: &dyn Fn() -> Result<Measurement, Failure>| -> Result<f64, String> {
-        let mut samples = Vec::new();
-        for _ in 0..settings.runs {
-            samples.push(f().map_err(|e| e.reason().to_string())?.ns_per_call());
-        }
-        samples.sort_by(f64::total_cmp);
-        Ok(samples[samples.len() / 2])
-    };
+    let median = |f: &dyn Fn() -> Result<Measurement, Failure>| median_of(settings.runs, f);
     let job = |engine, hits| Job { engine, kind: Kind::Entry, function: "f_push", threads: 1, hits };
     let baseline = median(&|| engines.run(&job(Engine::None, 5_000_000)));
     let over = |r: Result<f64, String>| match (&baseline, r) {
@@ -346,6 +340,57 @@ fn plan_attach(engines: &Engines) -> Vec<AttachRow> {
         }
     }
     rows
+}
+
+/// The fork rows: (label, µs per fork, `_exit` and `waitpid` of `hitloop forks`, median): the
+/// program alone, with the runtime and no probe, and with every libc function probed. Under
+/// uprobe-run each child ends as a process does, with its handlers' report; the row checks that
+/// every child wrote one.
+fn measure_forks(engines: &Engines, settings: &Settings) -> Vec<(String, Result<f64, String>)> {
+    const FORKS: u64 = 300;
+    let forks = FORKS.to_string();
+    let args = ["forks", forks.as_str()];
+    let stdout = engines.scratch.join("run.stdout");
+    let us = |r: Result<f64, String>| r.map(|ns| ns / 1e3);
+    let mut rows = vec![(
+        "program alone".to_string(),
+        us(median_of(settings.runs, &|| plain::run_mode(&engines.fixture, &args, &stdout).map(|(_, m)| m))),
+    )];
+    let under = |params: Vec<(&'static str, String)>| -> Result<f64, String> {
+        let u = engines.uprobe_run.as_ref().map_err(Clone::clone)?;
+        us(median_of(settings.runs, &|| {
+            let (run, m) = u.run_mode(&engines.fixture, &params, false, &args, &engines.scratch)?;
+            if run.reports as u64 != FORKS + 1 {
+                return Err(Failure::Invalid(format!(
+                    "{} handler reports for {FORKS} children and their parent",
+                    run.reports
+                )));
+            }
+            Ok(m)
+        }))
+    };
+    rows.push(("uprobe-run, no probe".into(), under(vec![])));
+    match libc_probe_file(engines) {
+        Ok((path, count)) => {
+            rows.push((format!("uprobe-run, libc.so.6: {count} probes"), under(vec![("probe_file", path)])))
+        }
+        Err(e) => rows.push(("uprobe-run, libc.so.6: every function".into(), Err(e))),
+    }
+    rows
+}
+
+fn print_forks(rows: &[(String, Result<f64, String>)], runs: usize) {
+    println!("\nA child's life: fork, _exit(0), waitpid (µs per child, median of {runs})");
+    let alone = rows.first().and_then(|r| r.1.as_ref().ok().copied());
+    for (label, r) in rows {
+        match r {
+            Ok(us) => {
+                let over = alone.filter(|_| !label.starts_with("program")).map(|a| format!("  +{:.0} µs", us - a));
+                println!("  {label:<40} {us:>8.0} µs{}", over.unwrap_or_default());
+            }
+            Err(e) => println!("  {label:<40} unavailable: {e}"),
+        }
+    }
 }
 
 /// The median over `runs` runs of `f`'s ns per call.
@@ -452,6 +497,7 @@ fn main() {
         attach::measure(&engines.uprobe_run, &engines.fixture, &mut attach, settings.runs, &engines.scratch);
     }
     let aggregate_rows = if settings.wanted("aggregate") { measure_aggregate(&engines, &settings) } else { Vec::new() };
+    let fork_rows = if settings.wanted("fork") { measure_forks(&engines, &settings) } else { Vec::new() };
 
     let report_fixture = engines.fixture.clone();
     let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup, attach };
@@ -462,6 +508,9 @@ fn main() {
     }
     if !aggregate_rows.is_empty() {
         print_aggregate(&aggregate_rows, settings.runs);
+    }
+    if !fork_rows.is_empty() {
+        print_forks(&fork_rows, settings.runs);
     }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");

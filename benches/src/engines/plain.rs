@@ -17,7 +17,12 @@ pub fn run(fixture: &Fixture, job: &Job, stdout: &Path) -> Result<Measurement, F
 
 /// Runs `hitloop idle`: wall time from start to exit, and the fixture's report.
 pub fn run_idle(fixture: &Fixture, stdout: &Path) -> Result<(Duration, Measurement), Failure> {
-    let finished = run_command(Command::new(&fixture.program).arg("idle"), stdout).map_err(Failure::Invalid)?;
+    run_mode(fixture, &["idle"], stdout)
+}
+
+/// Runs the fixture alone with `args` (a mode of `hitloop`) and reads its report.
+pub fn run_mode(fixture: &Fixture, args: &[&str], stdout: &Path) -> Result<(Duration, Measurement), Failure> {
+    let finished = run_command(Command::new(&fixture.program).args(args), stdout).map_err(Failure::Invalid)?;
     if !finished.status.success() {
         return Err(Failure::Invalid(describe_exit("fixture", &finished)));
     }

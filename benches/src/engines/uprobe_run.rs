@@ -109,6 +109,8 @@ pub struct IdleRun {
     pub handler: HandlerReport,
     /// The runtime's counters, where this uprobe-run prints them (`--stats`).
     pub stats: Option<RuntimeStats>,
+    /// How many processes wrote bench_handler's report (forked children write their own).
+    pub reports: usize,
 }
 
 /// The symbolic name of an errno value.
@@ -258,6 +260,19 @@ impl UprobeRun {
         no_optimize: bool,
         scratch: &Path,
     ) -> Result<IdleRun, Failure> {
+        self.run_mode(fixture, params, no_optimize, &["idle"], scratch).map(|(run, _)| run)
+    }
+
+    /// The fixture run with `args` (a mode of `hitloop`) under uprobe-run and bench_handler
+    /// with `params`; also the fixture's own report.
+    pub fn run_mode(
+        &self,
+        fixture: &Fixture,
+        params: &[(&str, String)],
+        no_optimize: bool,
+        args: &[&str],
+        scratch: &Path,
+    ) -> Result<(IdleRun, Measurement), Failure> {
         let output = scratch.join("uprobe-run.out");
         let mut cmd = self.command(&output);
         if no_optimize {
@@ -266,10 +281,12 @@ impl UprobeRun {
         for (name, value) in params {
             cmd.arg("--param").arg(format!("{name}={value}"));
         }
-        cmd.arg("--stats").arg("--").arg(&fixture.program).arg("idle");
+        cmd.arg("--stats").arg("--").arg(&fixture.program).args(args);
         let (finished, report, handler) = run_with_handler(&mut cmd, &output, scratch)?;
         let m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
-        Ok(IdleRun { wall: finished.wall, rss_kb: m.rss_kb, handler, stats: RuntimeStats::parse(&report) })
+        let reports = report.lines().filter(|l| l.starts_with("entries=")).count();
+        let stats = RuntimeStats::parse(&report);
+        Ok((IdleRun { wall: finished.wall, rss_kb: m.rss_kb, handler, stats, reports }, m))
     }
 }
 
