@@ -130,6 +130,17 @@ pub fn run_uprobe(args: &[&str]) -> Run {
     run_uprobe_env(args, &[])
 }
 
+/// The classic example (`uprobe_example.so`) on `prog` with its probe at `vaddr`, and `more`
+/// arguments before the program.
+pub fn run_example(prog: &Path, vaddr: u64, more: &[&str]) -> Run {
+    let example = artefact("uprobe_example.so");
+    let vaddr = format!("vaddr={vaddr:#x}");
+    let mut args = vec!["--handlers", example.to_str().unwrap(), "--param", &vaddr];
+    args.extend_from_slice(more);
+    args.push(prog.to_str().unwrap());
+    run_uprobe(&args)
+}
+
 /// Like [`run_uprobe`], with extra environment variables for uprobe-run and the program.
 pub fn run_uprobe_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = tempfile("out");

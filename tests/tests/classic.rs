@@ -13,16 +13,7 @@ const PROGRAM_OUTPUT: &str = "myfunc(0) = 1\nmyfunc(1) = 2\nmyfunc(2) = 5\nmyfun
 fn verbose_example_reports_every_hit() {
     let prog = myprog();
     let addr = nm_address(&prog, "myfunc");
-    let example = artefact("uprobe_example.so");
-    let run = run_uprobe(&[
-        "--handlers",
-        example.to_str().unwrap(),
-        "--param",
-        &format!("vaddr={addr:#x}"),
-        "--param",
-        "verbose=1",
-        prog.to_str().unwrap(),
-    ]);
+    let run = run_example(&prog, addr, &["--param", "verbose=1"]);
     assert!(run.status.success(), "{run:?}", run = run.stderr);
     assert_eq!(run.stdout, PROGRAM_OUTPUT);
     let pid_line = run.output.lines().next().unwrap();
@@ -59,16 +50,9 @@ fn quiet_example_counts_hits_by_symbol() {
 #[test]
 fn uprobe_init_failure_stops_the_run_before_main() {
     let prog = myprog();
-    let example = artefact("uprobe_example.so");
     // Not an instruction boundary: myfunc starts with push %rbp; mov %rsp,%rbp.
     let addr = nm_address(&prog, "myfunc") + 2;
-    let run = run_uprobe(&[
-        "--handlers",
-        example.to_str().unwrap(),
-        "--param",
-        &format!("vaddr={addr:#x}"),
-        prog.to_str().unwrap(),
-    ]);
+    let run = run_example(&prog, addr, &[]);
     assert_eq!(run.stdout, "", "the program must not run");
     assert_eq!(run.status.code(), Some(127));
     assert!(run.output.contains("is not an instruction boundary of myfunc"), "{}", run.output);

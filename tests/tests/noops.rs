@@ -140,15 +140,8 @@ fn refused_line(run: &Run) -> String {
 #[test]
 fn a_pie_programs_nm_address_gets_a_hint() {
     let prog = gcc("myprog_pie", &["fixtures/myprog.c"], &["-O0", "-g", "-fPIE", "-pie"]);
-    let example = artefact("uprobe_example.so");
     let addr = nm_address(&prog, "myfunc");
-    let run = run_uprobe(&[
-        "--handlers",
-        example.to_str().unwrap(),
-        "--param",
-        &format!("vaddr={addr:#x}"),
-        prog.to_str().unwrap(),
-    ]);
+    let run = run_example(&prog, addr, &[]);
     assert_eq!(run.status.code(), Some(127));
     let line = run.output.lines().find(|l| l.starts_with("uprobe-run: register_uprobe(")).expect(&run.output);
     let start = format!(

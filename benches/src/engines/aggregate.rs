@@ -6,7 +6,7 @@
 //! `count`, or the handler's.
 
 use super::uprobe_run::{HandlerReport, UprobeRun};
-use super::{check_hits, describe_exit, parse_report, run_command, Failure, Measurement};
+use super::{check_hits, describe_exit, parse_report, run_command, Failure, Finished, Measurement};
 use crate::fixture::Fixture;
 use std::fs;
 use std::path::Path;
@@ -19,6 +19,28 @@ fn reported_count(output: &str, kind: &str) -> Option<u64> {
     rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
+/// `hitloop loop f_push HITS 1` under `uprobe-run --verbose -o OUT` with `options`: the run
+/// and what it wrote to OUT; a run that failed is invalid.
+fn run_loop(
+    u: &UprobeRun,
+    fixture: &Fixture,
+    options: &[String],
+    hits: u64,
+    scratch: &Path,
+) -> Result<(Finished, String), Failure> {
+    let output = scratch.join("aggregate.out");
+    let mut cmd = Command::new(&u.bin);
+    cmd.env("UPROBE_LIB", &u.lib).arg("-o").arg(&output).arg("--verbose").args(options);
+    cmd.arg("--").arg(&fixture.program).args(["loop", "f_push", &hits.to_string(), "1"]);
+    let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
+    let report = fs::read_to_string(&output).unwrap_or_default();
+    let _ = fs::remove_file(&output);
+    if !finished.status.success() {
+        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
+    }
+    Ok((finished, report))
+}
+
 /// The fixture under uprobe-run with `options` (which print a JSON report), checking that
 /// the report of `kind` counted `hits` and that the probe took the jump.
 fn run_report(
@@ -29,16 +51,9 @@ fn run_report(
     hits: u64,
     scratch: &Path,
 ) -> Result<Measurement, Failure> {
-    let output = scratch.join("aggregate.out");
-    let mut cmd = Command::new(&u.bin);
-    cmd.env("UPROBE_LIB", &u.lib).arg("-o").arg(&output).args(["--verbose", "--format", "json"]).args(options);
-    cmd.arg("--").arg(&fixture.program).args(["loop", "f_push", &hits.to_string(), "1"]);
-    let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
-    let report = fs::read_to_string(&output).unwrap_or_default();
-    let _ = fs::remove_file(&output);
-    if !finished.status.success() {
-        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
-    }
+    let mut args: Vec<String> = ["--format", "json"].map(String::from).to_vec();
+    args.extend_from_slice(options);
+    let (finished, report) = run_loop(u, fixture, &args, hits, scratch)?;
     let counted = reported_count(&report, kind)
         .ok_or_else(|| Failure::Invalid(format!("no {kind} report in the output: {:?}", report.trim())))?;
     check_hits(&format!("uprobe-run's {kind} report"), counted, hits)?;
@@ -63,19 +78,11 @@ pub fn run_latency(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) 
 /// An entry+return probe on `f_push` whose handlers do next to nothing.
 pub fn run_empty(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
     let handler = fixture.handler.clone().map_err(Failure::Unavailable)?;
-    let output = scratch.join("aggregate-empty.out");
-    let mut cmd = Command::new(&u.bin);
-    cmd.env("UPROBE_LIB", &u.lib).arg("-o").arg(&output).arg("--verbose").arg("--handlers").arg(handler);
+    let mut args = vec!["--handlers".to_string(), handler.display().to_string()];
     for p in ["func=f_push", "kind=entry+return", "empty=1"] {
-        cmd.arg("--param").arg(p);
+        args.extend(["--param".to_string(), p.to_string()]);
     }
-    cmd.arg("--").arg(&fixture.program).args(["loop", "f_push", &hits.to_string(), "1"]);
-    let finished = run_command(&mut cmd, &scratch.join("run.stdout")).map_err(Failure::Invalid)?;
-    let report = fs::read_to_string(&output).unwrap_or_default();
-    let _ = fs::remove_file(&output);
-    if !finished.status.success() {
-        return Err(Failure::Invalid(describe_exit("uprobe-run", &finished)));
-    }
+    let (finished, report) = run_loop(u, fixture, &args, hits, scratch)?;
     let counts = HandlerReport::parse(&report)
         .ok_or_else(|| Failure::Invalid(format!("bench_handler printed no counts: {:?}", report.trim())))?;
     check_hits("the empty entry handler", counts.entries, hits)?;
