@@ -114,13 +114,22 @@ pub struct Cli {
     pub no_follow_fork: bool,
 
     /// Event definition in the kernel's uprobe_events grammar: p|r[:[GRP/]EVENT] WHERE
-    /// [FETCHARGS] (repeatable). Each hit becomes a record on the output.
+    /// [FETCHARGS] [if FILTER] (repeatable). Each hit becomes a record on the output; with
+    /// `if`, only the hits that pass FILTER (the kernel's event-filter grammar, see --filter).
     #[arg(short = 'e', long = "event", value_name = "DEF")]
     pub events: Vec<String>,
 
     /// File of event definitions, one a line (`#` starts a comment line; repeatable).
     #[arg(long = "events", value_name = "FILE")]
     pub event_files: Vec<PathBuf>,
+
+    /// A predicate on the events named EVENT (GRP/EVENT or a glob), in the kernel's event
+    /// filter grammar: FIELD OP VALUE joined by &&, || and !, with parentheses; numbers take
+    /// == != < <= > >= &, strings == != ~ (a glob). FIELDs: the event's fetchargs, $retval
+    /// (return events), comm, tid (common_pid), cpu. Hits that fail are neither recorded nor
+    /// counted (repeatable; with `if` in the definition too, a hit must pass both).
+    #[arg(long = "filter", value_name = "EVENT: EXPR")]
+    pub filters: Vec<String>,
 
     /// How events are written: text (as the kernel's trace shows them), json (one object a
     /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).

@@ -10,6 +10,7 @@ mod cli;
 mod config;
 mod elf;
 mod error;
+mod filter;
 mod launch;
 mod runtime;
 mod sys;
@@ -84,6 +85,7 @@ fn run() -> Result<Infallible, Error> {
         for (given, option) in [
             (!cli.events.is_empty(), "-e"),
             (!cli.event_files.is_empty(), "--events"),
+            (!cli.filters.is_empty(), "--filter"),
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
@@ -115,6 +117,7 @@ fn run() -> Result<Infallible, Error> {
         fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
         extra.push(("events", spec_path(file)?.into_os_string()));
     }
+    extra.extend(filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?);
     if let Some(format) = cli.format {
         extra.push(("format", format.name().into()));
     }

@@ -21,7 +21,7 @@ use crate::probe::retprobe;
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
 use crate::trace::fetch::Base;
-use crate::trace::{format, record};
+use crate::trace::{filter, format, record};
 
 /// Per event: hits of threads that had no block (counted in totals, their keys and values
 /// not kept). Made at start-up, before any probe is placed.
@@ -83,11 +83,28 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {
     let Some((plans, p)) = plan::get(index) else { return };
+    if p.filtered && !passes(plans, index, regs) {
+        return;
+    }
     let Some(b) = blocks::mine() else { return no_block(index) };
     b.add(p.count, 1);
     if !p.simple {
         keys_and_values(plans, p, b, index, regs, caller);
     }
+}
+
+/// Whether a hit of filtered event `index` passes; a failed one is counted as such in the
+/// thread's block.
+#[inline(always)]
+fn passes(plans: &Plans, index: u32, regs: &PtRegs) -> bool {
+    let Some(ev) = events::get(index) else { return false };
+    if filter::passes(ev, regs) {
+        return true;
+    }
+    if let Some(b) = blocks::mine() {
+        b.add(plans.layout.failed + index as usize, 1);
+    }
+    false
 }
 
 /// The key (`--by`) and the histogram values of a hit.
@@ -174,10 +191,17 @@ fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
 /// # Safety
 /// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is
 /// [`LATENCY_DATA`].
-pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, _regs: *mut PtRegs) -> c_int {
+pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, regs: *mut PtRegs) -> c_int {
     // SAFETY: as in `on_return`.
     let index = unsafe { (*((*ri).rp as *mut ReturnProbe)).event };
     let mut words = 0;
+    if let Some((plans, _)) = plan::get(index).filter(|(_, p)| p.filtered) {
+        // SAFETY: the core passes the entry's registers, valid for the call.
+        if !passes(plans, index, unsafe { &*regs }) {
+            // Not timed: its return is not probed.
+            return 1;
+        }
+    }
     if let (Some((plans, p)), Some(b)) = (plan::get(index), blocks::mine()) {
         if let Some(l) = p.latency {
             let at = plans.latencies[l].at;

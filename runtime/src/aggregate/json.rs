@@ -11,6 +11,7 @@
 //!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded
 //! {"kind":"latency","function":"work","event":"work__return","probe":"jump","count":12,"total_ns":...,
 //!  "min_ns":...,"max_ns":...,"mean_ns":...,"buckets":[[1048576,2097152,12]]}
+//! {"kind":"filter","event":"malloc","group":"uprobes","hits":1532,"passed":12}
 //! ```
 //!
 //! A bucket's open end is `null`. Keys are written as the event shows the argument (numbers,
@@ -91,6 +92,11 @@ pub fn write(
         out.push_str(",\"buckets\":");
         buckets(out, &plan.scale, &snap.hists[h]);
         out.push_str("}\n");
+    }
+    for (i, hits, passed) in tables::filtered(plans, snap) {
+        start(out, "filter");
+        event(out, i);
+        let _ = writeln!(out, ",\"hits\":{hits},\"passed\":{passed}}}");
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
         let lat = &snap.latencies[l];

@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub dropped: Vec<u64>,
     /// Per event: hits of threads that had no block (no key, no values kept).
     pub unblocked: Vec<u64>,
+    /// Per event: hits that failed its filter (not in `counts`).
+    pub failed: Vec<u64>,
     /// Per histogram: buckets, and values that could not be read.
     pub hists: Vec<Vec<u64>>,
     pub faults: Vec<u64>,
@@ -65,6 +67,7 @@ pub fn take(plans: &Plans) -> Snapshot {
         counts: (0..n).map(hit::unblocked).collect(),
         dropped: vec![0; n],
         unblocked: (0..n).map(hit::unblocked).collect(),
+        failed: vec![0; n],
         hists: plans.hists.iter().map(|h| vec![0; h.scale.buckets()]).collect(),
         faults: vec![0; plans.hists.len()],
         latencies: plans
@@ -107,6 +110,7 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
     for i in 0..plans.events.len() {
         s.counts[i] += b.get(layout.counts + i);
         s.dropped[i] += b.get(layout.dropped + i);
+        s.failed[i] += b.get(layout.failed + i);
     }
     for (h, plan) in plans.hists.iter().enumerate() {
         for (k, c) in s.hists[h].iter_mut().enumerate() {
@@ -176,6 +180,7 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
         counts: minus(&now.counts, &before.counts),
         dropped: minus(&now.dropped, &before.dropped),
         unblocked: minus(&now.unblocked, &before.unblocked),
+        failed: minus(&now.failed, &before.failed),
         hists: now
             .hists
             .iter()

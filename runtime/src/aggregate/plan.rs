@@ -9,6 +9,7 @@
 //! header      HEADER_WORDS (owner, claims, the last owners' names: `blocks`)
 //! counts      one word per event: hits
 //! dropped     one word per event: hits whose key found no room in the thread's table
+//! failed      one word per event: hits that failed its filter (neither counted nor timed)
 //! histograms  per histogram: its buckets, then the values that could not be read
 //! latencies   per timed function: LATENCY_WORDS (see the offsets below)
 //! keys        KEY_SLOTS slots of [tag, count, key words] (`blocks::Block::count_key`)
@@ -68,6 +69,8 @@ pub struct EventPlan {
     /// One of several events of one definition (a glob): text reports leave it out while it
     /// has nothing to show.
     pub shared: bool,
+    /// Its hits must pass a filter first (set by `setup` from the event).
+    pub filtered: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +97,7 @@ pub struct LatencyPlan {
 pub struct Layout {
     pub counts: usize,
     pub dropped: usize,
+    pub failed: usize,
     pub keys: usize,
     /// Words of a key: 1, or STRING_KEY / 8 when some key is a string.
     pub key_words: usize,
@@ -201,6 +205,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             hists: Vec::new(),
             latency: None,
             shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
+            filtered: false,
         })
         .collect();
     let mut hists = Vec::new();
@@ -304,7 +309,8 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
 fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], latencies: &mut [LatencyPlan]) -> Layout {
     let counts = HEADER_WORDS;
     let dropped = counts + events;
-    let mut at = dropped + events;
+    let failed = dropped + events;
+    let mut at = failed + events;
     for (i, p) in plans.iter_mut().enumerate() {
         p.count = counts + i;
     }
@@ -323,7 +329,7 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
     let keys = (at + 7) & !7;
     let slot_words = 2 + key_words;
     let words = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
-    Layout { counts, dropped, keys, key_words, slot_words, words }
+    Layout { counts, dropped, failed, keys, key_words, slot_words, words }
 }
 
 static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
@@ -380,7 +386,7 @@ mod tests {
         assert_eq!(p.events[2].latency, Some(0));
         let l = p.layout;
         assert_eq!((l.counts, l.dropped), (HEADER_WORDS, HEADER_WORDS + 3));
-        assert_eq!(p.hists[0].at, HEADER_WORDS + 6);
+        assert_eq!((l.failed, p.hists[0].at), (HEADER_WORDS + 6, HEADER_WORDS + 9));
         assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 1);
         assert_eq!(p.latencies[0].at, p.hists[1].faults + 1);
         assert_eq!((l.key_words, l.slot_words), (1, 3));

@@ -98,6 +98,19 @@ pub struct Interval {
     pub cumulative: bool,
 }
 
+/// The filtered events' hits, and how many passed (were counted, or timed): (event, hits,
+/// passed).
+pub fn filtered(plans: &Plans, snap: &Snapshot) -> Vec<(usize, u64, u64)> {
+    let passed = |i: usize| match plans.events[i].latency {
+        Some(l) => snap.latencies[l].entered,
+        None => snap.counts[i],
+    };
+    (0..plans.events.len())
+        .filter(|&i| plans.events[i].filtered)
+        .map(|i| (i, passed(i) + snap.failed[i], passed(i)))
+        .collect()
+}
+
 /// `n` and a noun, in the singular for one.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

@@ -6,6 +6,8 @@
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use uprobe_contracts::filter::Program;
+
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::trace::def::Kind;
 use crate::trace::fetch::FetchArg;
@@ -44,6 +46,12 @@ pub struct Event {
     pub file_base: AtomicU64,
     /// Records that found no room (a full buffer, or no buffer for the thread).
     pub dropped: AtomicU64,
+    /// The predicate its hits must pass (`if`, `--filter`; see `filter`).
+    pub filter: Option<Program>,
+    /// Hits of a filtered event that failed and that passed its filter (the stream's; see
+    /// `filter::passes_counted`).
+    pub filter_failed: AtomicU64,
+    pub filter_passed: AtomicU64,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

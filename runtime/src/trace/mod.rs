@@ -5,8 +5,10 @@
 //! beside `events/uprobes.c`: it registers `struct uprobe`/`struct uretprobe` objects whose
 //! handlers record.
 //!
-//! - [`def`], [`fetch`], [`names`]: definitions, fetchargs and types, function names and
-//!   globs (pure);
+//! - [`def`], [`fetch`] (from the contracts crate, which `uprobe-run` reads too), [`names`]:
+//!   definitions, fetchargs and types, function names and globs (pure);
+//! - [`filter`]: predicates (`if EXPR`, `--filter`), run at the hit before anything is
+//!   recorded or counted;
 //! - [`format`]: records as text, JSON and Chrome events (pure);
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
@@ -24,12 +26,12 @@
 pub mod buffers;
 #[allow(unsafe_code)]
 pub mod clock;
-pub mod def;
 #[allow(unsafe_code)]
 pub mod drain;
 #[allow(unsafe_code)]
 pub mod events;
-pub mod fetch;
+#[allow(unsafe_code)]
+pub mod filter;
 pub mod format;
 pub mod list;
 pub mod names;
@@ -37,3 +39,6 @@ pub mod names;
 pub mod record;
 #[allow(unsafe_code)]
 pub mod setup;
+
+// Definitions and fetchargs are read by uprobe-run too: one parser, in the contracts crate.
+pub use uprobe_contracts::{def, fetch};

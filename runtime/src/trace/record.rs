@@ -20,9 +20,9 @@
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
 use crate::trace::buffers::{self, Full, Writer};
-use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
 use crate::trace::fetch::{Base, Fetch, FetchArg};
+use crate::trace::{clock, filter};
 
 /// The fixed part of every record; a return event's caller word follows it.
 pub const HEADER_LEN: usize = 32;
@@ -44,7 +44,9 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
     // registers, valid for the call.
     let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
     if let Some(ev) = events::get(index) {
-        record(ev, index, regs, regs.rip, 0);
+        if filter::passes_counted(ev, regs) {
+            record(ev, index, regs, regs.rip, 0);
+        }
     }
 }
 
@@ -59,14 +61,16 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
         ((*(rp as *mut ReturnProbe)).event, (*rp).u.vaddr, (*ri).ret_addr, &*regs)
     };
     if let Some(ev) = events::get(index) {
-        record(ev, index, regs, func, caller);
+        if filter::passes_counted(ev, regs) {
+            record(ev, index, regs, func, caller);
+        }
     }
 }
 
 #[inline(always)]
 fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
     let (clock, cpu) = clock::now();
-    if buffers::closed() {
+    if buffers::closed() || !filter::take_record() {
         return;
     }
     let Some(ring) = buffers::mine() else {
