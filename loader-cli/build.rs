@@ -16,8 +16,8 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     for watched in [
         "runtime/src",
-        "contracts/src",
-        "contracts/Cargo.toml",
+        "runtime/contracts/src",
+        "runtime/contracts/Cargo.toml",
         "runtime/include",
         "runtime/Cargo.toml",
         "Cargo.lock",

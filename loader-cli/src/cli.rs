@@ -141,6 +141,11 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub buffer_size: Option<usize>,
 
+    /// Stop recording events after N records (the program runs on; the end of the run says
+    /// how many hits were not recorded).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: Option<u64>,
+
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
     /// instead of refusing the run.
     #[arg(long)]

@@ -86,6 +86,7 @@ fn run() -> Result<Infallible, Error> {
             (!cli.events.is_empty(), "-e"),
             (!cli.event_files.is_empty(), "--events"),
             (!cli.filters.is_empty(), "--filter"),
+            (cli.max_events.is_some(), "--max-events"),
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
@@ -123,6 +124,15 @@ fn run() -> Result<Infallible, Error> {
     }
     if let Some(size) = cli.buffer_size {
         extra.push(("buffer-size", size.to_string().into()));
+    }
+    if let Some(n) = cli.max_events {
+        if !aggregation.is_empty() {
+            return Err(Error::Aggregate {
+                option: "--max-events",
+                reason: "limits the records of a stream: aggregations keep no records",
+            });
+        }
+        extra.push(("max-events", n.to_string().into()));
     }
     extra.extend(aggregation);
     let command = if cli.list {
