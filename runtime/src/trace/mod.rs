@@ -7,8 +7,9 @@
 //!
 //! - [`def`], [`fetch`] (from the contracts crate, which `uprobe-run` reads too), [`names`]:
 //!   definitions, fetchargs and types, function names and globs (pure);
-//! - [`filter`]: predicates (`if EXPR`, `--filter`), run at the hit before anything is
-//!   recorded or counted;
+//! - [`read`]: fetchargs read at the hit, and predicates (`if EXPR`, `--filter`) run on
+//!   them before anything is recorded or counted; [`filter`]: what the predicates let
+//!   through, and `--max-events`;
 //! - [`format`]: records as text, JSON and Chrome events (pure);
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
@@ -35,6 +36,8 @@ pub mod filter;
 pub mod format;
 pub mod list;
 pub mod names;
+#[allow(unsafe_code)]
+pub mod read;
 #[allow(unsafe_code)]
 pub mod record;
 #[allow(unsafe_code)]
