@@ -161,8 +161,9 @@ pub struct Cli {
     pub count: bool,
 
     /// With --count: counts per KEY, an argument name of the events, tid, comm or caller (the
-    /// return address, as symbol+offset).
-    #[arg(long, value_name = "KEY")]
+    /// return address, as symbol+offset); several KEYs separated by commas count per
+    /// combination (`--by caller,size`), a column each.
+    #[arg(long, value_name = "KEY[,KEY...]")]
     pub by: Option<String>,
 
     /// With --count: keep the N largest counts.

@@ -52,7 +52,7 @@ pub fn write(
     if plans.request.count {
         let by = plans.by.as_ref().map(|b| b.name.clone());
         for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
-            match (&by, p.key) {
+            match (&by, &p.key) {
                 (Some(by), Some(_)) => {
                     let k = tables::keyed(plans, snap, events, i, names);
                     start(out, "count");
@@ -188,7 +188,7 @@ mod tests {
             hists: vec![vec![0, 2, 0, 1]],
             faults: vec![0],
             latencies: vec![Latency { hist: vec![0; 66], ..Latency::default() }],
-            keys: [(KeyId { event: 0, fault: false, words: [0x1f, 0, 0, 0, 0, 0, 0, 0] }, 3)].into_iter().collect(),
+            keys: [(KeyId::new(0, &[0x1f]), 3)].into_iter().collect(),
             ..Snapshot::default()
         };
         let views: Vec<EventView> =
