@@ -141,6 +141,13 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub buffer_size: Option<usize>,
 
+    /// A hit of EVENT that passes its filter switches other events on or off, for the whole
+    /// process: `--trigger begin_request:enable=query --trigger end_request:disable=query`
+    /// records the queries of one request. An event some trigger enables starts off
+    /// (repeatable; ACTIONs separated by commas; names may be GRP/EVENT or globs).
+    #[arg(long = "trigger", value_name = "EVENT:enable|disable=EVENT")]
+    pub triggers: Vec<String>,
+
     /// Stop recording events after N records (the program runs on; the end of the run says
     /// how many hits were not recorded).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

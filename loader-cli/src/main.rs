@@ -87,6 +87,7 @@ fn run() -> Result<Infallible, Error> {
             (!cli.event_files.is_empty(), "--events"),
             (!cli.filters.is_empty(), "--filter"),
             (cli.max_events.is_some(), "--max-events"),
+            (!cli.triggers.is_empty(), "--trigger"),
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
@@ -124,6 +125,15 @@ fn run() -> Result<Infallible, Error> {
     }
     if let Some(size) = cli.buffer_size {
         extra.push(("buffer-size", size.to_string().into()));
+    }
+    for t in &cli.triggers {
+        if t.contains('\n') || !t.contains(':') {
+            return Err(Error::Filter(format!(
+                "--trigger '{}': expected EVENT:enable=EVENT or EVENT:disable=EVENT",
+                t.replace('\n', "\\n")
+            )));
+        }
+        extra.push(("trigger", t.into()));
     }
     if let Some(n) = cli.max_events {
         if !aggregation.is_empty() {

@@ -365,3 +365,40 @@ fn the_kernels_filter_keeps_as_many_hits() {
     }
     println!("kernel filter parity: {} filters, hits kept {kernel_counts:?}", exprs.len());
 }
+
+#[test]
+fn triggers_switch_events_on_and_off() {
+    let program = target();
+    let p = program.display().to_string();
+    let on = format!("p:f/on {p}:check i=%di:s32 if i == 10");
+    let off = format!("p:f/off {p}:check i=%di:s32 if i == 20");
+    let def = take_def(&program, "t");
+    let stream = run_uprobe(&["-e", &def, "-e", &on, "-e", &off, &p, "40", "clean"]);
+    let all: Vec<Take> = records(&stream.output, "t").into_iter().map(parse_take).collect();
+    assert_eq!(all.len(), 40);
+    // take(i) runs before check(i): check(10) switches t on for take(11) to take(20).
+    let want: Vec<Take> = all[11..=20].to_vec();
+    let triggered = ["--trigger", "on:enable=t", "--trigger", "f/off:disable=t"];
+    let mut args = vec!["-e", &def, "-e", &on, "-e", &off];
+    args.extend(triggered);
+    args.extend([p.as_str(), "40", "clean"]);
+    let r = run_uprobe(&args);
+    assert!(r.status.success(), "{}{}", r.stderr, r.output);
+    let got: Vec<Take> = records(&r.output, "t").into_iter().map(parse_take).collect();
+    assert_eq!(got, want);
+    assert_eq!((records(&r.output, "on").len(), records(&r.output, "off").len()), (1, 1));
+    // The same in a count, with a filter on the switched event too.
+    let big = format!("{def} if size >= 50000");
+    let mut args = vec!["-e", &big, "-e", &on, "-e", &off, "--count"];
+    args.extend(triggered);
+    args.extend([p.as_str(), "40", "clean"]);
+    let c = run_uprobe(&args);
+    assert!(c.status.success(), "{}{}", c.stderr, c.output);
+    let n = want.iter().filter(|t| t.size >= 50000).count();
+    assert_eq!(count_of(&c.output, "t "), n as u64, "{}", c.output);
+    assert!(c.output.contains(&format!("filter t: 10 hits, {n} passed")), "{}", c.output);
+    let e = run_uprobe(&["-e", &def, "--trigger", "t:enable=nosuch", &p, "3"]);
+    assert_eq!(e.status.code(), Some(2));
+    assert_eq!(e.stdout, "");
+    assert_eq!(e.stderr, "uprobe-run: --trigger 't:enable=nosuch': no event named nosuch (events: t)\n");
+}

@@ -21,7 +21,7 @@ use crate::probe::retprobe;
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
 use crate::trace::fetch::Base;
-use crate::trace::{format, read};
+use crate::trace::{filter, format, read};
 
 /// Per event: hits of threads that had no block (counted in totals, their keys and values
 /// not kept). Made at start-up, before any probe is placed.
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {
     let Some((plans, p)) = plan::get(index) else { return };
-    if p.filtered && !passes(plans, index, regs) {
+    if p.gated && !passes(plans, index, regs) {
         return;
     }
     let Some(b) = blocks::mine() else { return no_block(index) };
@@ -93,16 +93,19 @@ fn counted(index: u32, regs: &PtRegs, caller: u64) {
     }
 }
 
-/// Whether a hit of filtered event `index` passes; a failed one is counted as such in the
-/// thread's block.
+/// Whether a hit of gated event `index` (a filter or a trigger) counts; one that fails its
+/// filter is counted as such in the thread's block, one of an event switched off not at all.
 #[inline(always)]
 fn passes(plans: &Plans, index: u32, regs: &PtRegs) -> bool {
     let Some(ev) = events::get(index) else { return false };
-    if read::passes(ev, regs) {
-        return true;
-    }
-    if let Some(b) = blocks::mine() {
-        b.add(plans.layout.failed + index as usize, 1);
+    match filter::admit(ev, regs, false) {
+        Some(true) => return true,
+        Some(false) => {
+            if let Some(b) = blocks::mine() {
+                b.add(plans.layout.failed + index as usize, 1);
+            }
+        }
+        None => {}
     }
     false
 }
@@ -203,7 +206,7 @@ pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, regs: *mut Pt
     // SAFETY: as in `on_return`.
     let index = unsafe { (*((*ri).rp as *mut ReturnProbe)).event };
     let mut words = 0;
-    if let Some((plans, _)) = plan::get(index).filter(|(_, p)| p.filtered) {
+    if let Some((plans, _)) = plan::get(index).filter(|(_, p)| p.gated) {
         // SAFETY: the core passes the entry's registers, valid for the call.
         if !passes(plans, index, unsafe { &*regs }) {
             // Not timed: its return is not probed.

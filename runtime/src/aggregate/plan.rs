@@ -92,8 +92,11 @@ pub struct EventPlan {
     /// One of several events of one definition (a glob): text reports leave it out while it
     /// has nothing to show.
     pub shared: bool,
-    /// Its hits must pass a filter first (set by `setup` from the event).
+    /// It has a filter (set by `setup` from the event).
     pub filtered: bool,
+    /// Its hits go through the event's gate first (`trace::filter::admit`): a filter,
+    /// triggers, or switched on and off by one.
+    pub gated: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,6 +237,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             latency: None,
             shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
             filtered: false,
+            gated: false,
         })
         .collect();
     let mut hists = Vec::new();

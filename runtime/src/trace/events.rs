@@ -4,7 +4,7 @@
 //! Each probe object is a `struct uprobe` (or `struct uretprobe`) followed by the event's
 //! index, so a handler finds its event from the pointer the core passes it, with no lookup.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use uprobe_contracts::filter::Program;
 
@@ -52,6 +52,12 @@ pub struct Event {
     /// `filter::passes_counted`).
     pub filter_failed: AtomicU64,
     pub filter_passed: AtomicU64,
+    /// Whether its hits count now (`--trigger`: an event another one enables starts off).
+    pub on: AtomicBool,
+    /// What a passing hit switches (`--trigger EVENT:enable=E,disable=F`): (event, on).
+    pub triggers: Vec<(u32, bool)>,
+    /// Its hits go through `filter::admit` (a filter, a trigger, or switched by one).
+    pub gated: bool,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

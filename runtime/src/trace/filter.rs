@@ -12,6 +12,7 @@ use crate::base::abi::PtRegs;
 use crate::base::output;
 use crate::probe::thread;
 use crate::trace::events::{self, Event};
+use crate::trace::names::glob;
 use crate::trace::read::passes;
 
 /// `read::passes`, for the stream: a filtered event's passes and fails counted in the event.
@@ -24,6 +25,72 @@ pub fn passes_counted(ev: &Event, regs: &PtRegs) -> bool {
     let counter = if pass { &ev.filter_passed } else { &ev.filter_failed };
     counter.fetch_add(1, Ordering::Relaxed);
     pass
+}
+
+/// Whether a hit of `ev` is to be recorded or counted: its event is on (`--trigger`) and
+/// its filter passes (counted in the event for the stream, `count` false for aggregations,
+/// which count in their blocks); a hit that passes fires the event's triggers. None: the
+/// event is off, and the hit is not a hit at all. Hit path.
+#[inline(always)]
+pub fn admit(ev: &Event, regs: &PtRegs, count: bool) -> Option<bool> {
+    if !ev.on.load(Ordering::Relaxed) {
+        return None;
+    }
+    let pass = if count { passes_counted(ev, regs) } else { passes(ev, regs) };
+    if pass {
+        for &(target, on) in &ev.triggers {
+            if let Some(t) = events::get(target) {
+                t.on.store(on, Ordering::Relaxed);
+            }
+        }
+    }
+    Some(pass)
+}
+
+/// Applies `--trigger EVENT:enable=E[,disable=F...]` to the events being made (start-up): an
+/// event some trigger enables starts off. The line refusing an unknown name or action.
+pub fn triggers(events: &mut [Event], texts: &[String]) -> Result<(), String> {
+    let find = |events: &[Event], name: &str, text: &str| -> Result<Vec<u32>, String> {
+        let found: Vec<u32> = (0..events.len() as u32)
+            .filter(|&i| {
+                let e = &events[i as usize];
+                glob(name, &e.name) || glob(name, &format!("{}/{}", e.group, e.name))
+            })
+            .collect();
+        if found.is_empty() {
+            let known: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
+            return Err(format!("--trigger '{text}': no event named {name} (events: {})", known.join(", ")));
+        }
+        Ok(found)
+    };
+    let mut started_off = Vec::new();
+    for text in texts {
+        let Some((source, actions)) = text.split_once(':') else {
+            return Err(format!("--trigger '{text}': expected EVENT:enable=EVENT or EVENT:disable=EVENT"));
+        };
+        let sources = find(events, source.trim(), text)?;
+        for action in actions.split(',') {
+            let (on, target) = match action.trim().split_once('=') {
+                Some(("enable", t)) => (true, t.trim()),
+                Some(("disable", t)) => (false, t.trim()),
+                _ => return Err(format!("--trigger '{text}': expected enable=EVENT or disable=EVENT, not {action:?}")),
+            };
+            for t in find(events, target, text)? {
+                if on {
+                    started_off.push(t);
+                }
+                events[t as usize].gated = true;
+                for &s in &sources {
+                    events[s as usize].triggers.push((t, on));
+                    events[s as usize].gated = true;
+                }
+            }
+        }
+    }
+    for t in started_off {
+        events[t as usize].on.store(false, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// `--max-events`: records the stream keeps at most (`u64::MAX`: no limit), and the

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
     // registers, valid for the call.
     let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
     if let Some(ev) = events::get(index) {
-        if filter::passes_counted(ev, regs) {
+        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
             record(ev, index, regs, regs.rip, 0);
         }
     }
@@ -62,7 +62,7 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
         ((*(rp as *mut ReturnProbe)).event, (*rp).u.vaddr, (*ri).ret_addr, &*regs)
     };
     if let Some(ev) = events::get(index) {
-        if filter::passes_counted(ev, regs) {
+        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
             record(ev, index, regs, func, caller);
         }
     }

@@ -12,7 +12,7 @@
 //! Context: start-up (before the program's constructors and `main`), normal context.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler};
 use crate::base::elf::{self, ElfInfo, LoadedModule};
@@ -197,7 +197,12 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         }
     }
     clock::init();
-    events::publish(targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect());
+    let mut made: Vec<Event> =
+        targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect();
+    if let Err(line) = filter::triggers(&mut made, &settings.triggers) {
+        refuse_line(&line, settings);
+    }
+    events::publish(made);
     filter::init(frontend.is_none(), settings.max_events);
     if let Some(f) = frontend {
         if let Err(line) = f.prepare(events::all()) {
@@ -442,6 +447,9 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         filter: s.filter.clone(),
         filter_failed: AtomicU64::new(0),
         filter_passed: AtomicU64::new(0),
+        on: AtomicBool::new(true),
+        triggers: Vec::new(),
+        gated: s.filter.is_some(),
     }
 }
 
