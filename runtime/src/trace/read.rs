@@ -98,7 +98,7 @@ struct Hit<'a> {
 }
 
 impl Fields for Hit<'_> {
-    #[inline]
+    #[inline(always)]
     fn number(&mut self, field: Field) -> Option<u64> {
         match field {
             Field::Arg(i) => {

@@ -88,28 +88,21 @@ pub trait Fields {
 
 impl Program {
     /// Whether the hit passes (false when a value it needed could not be read).
-    #[inline]
+    #[inline(always)]
     pub fn passes(&self, fields: &mut impl Fields) -> bool {
-        !self.nodes.is_empty() && self.eval(self.nodes.len() - 1, fields) == Some(true)
+        // One comparison (the common case) is evaluated here, without a call.
+        match self.nodes.last() {
+            Some(&Node::Num { field, op, signed, value }) => compare(fields.number(field), op, signed, value),
+            Some(_) => self.eval(self.nodes.len() - 1, fields) == Some(true),
+            None => false,
+        }
     }
 
     fn eval(&self, i: usize, f: &mut impl Fields) -> Option<bool> {
         match self.nodes[i] {
             Node::Num { field, op, signed, value } => {
                 let v = f.number(field)?;
-                Some(match (op, signed) {
-                    (NumOp::Eq, _) => v == value,
-                    (NumOp::Ne, _) => v != value,
-                    (NumOp::Band, _) => v & value != 0,
-                    (NumOp::Lt, false) => v < value,
-                    (NumOp::Le, false) => v <= value,
-                    (NumOp::Gt, false) => v > value,
-                    (NumOp::Ge, false) => v >= value,
-                    (NumOp::Lt, true) => (v as i64) < value as i64,
-                    (NumOp::Le, true) => (v as i64) <= value as i64,
-                    (NumOp::Gt, true) => (v as i64) > value as i64,
-                    (NumOp::Ge, true) => (v as i64) >= value as i64,
-                })
+                Some(compare(Some(v), op, signed, value))
             }
             Node::Str { field, op, pattern } => {
                 let mut buf = [0u8; MAX_STRING + 1];
@@ -272,6 +265,25 @@ fn parse_num_op(s: &str) -> Option<NumOp> {
 }
 fn parse_str_op(s: &str) -> Option<StrOp> {
     STR_OPS.iter().find(|(_, n)| *n == s).map(|(o, _)| *o)
+}
+
+/// A number comparison: false when the value could not be read.
+#[inline(always)]
+fn compare(v: Option<u64>, op: NumOp, signed: bool, value: u64) -> bool {
+    let Some(v) = v else { return false };
+    match (op, signed) {
+        (NumOp::Eq, _) => v == value,
+        (NumOp::Ne, _) => v != value,
+        (NumOp::Band, _) => v & value != 0,
+        (NumOp::Lt, false) => v < value,
+        (NumOp::Le, false) => v <= value,
+        (NumOp::Gt, false) => v > value,
+        (NumOp::Ge, false) => v >= value,
+        (NumOp::Lt, true) => (v as i64) < value as i64,
+        (NumOp::Le, true) => (v as i64) <= value as i64,
+        (NumOp::Gt, true) => (v as i64) > value as i64,
+        (NumOp::Ge, true) => (v as i64) >= value as i64,
+    }
 }
 
 /// Whether `s` matches the glob `p`, as the kernel's `glob_match`: `*` any run, `?` one
