@@ -58,6 +58,9 @@ Examples:
   # malloc calls counted per size (the 10 most common), then how long each call takes
   uprobe-run -e 'p:m libc:malloc size=%di:u64' --count --by size --top 10 ./myprog
   uprobe-run --latency libc:malloc ./myprog
+  # Only the large allocations, then counted by caller and size
+  uprobe-run -e 'p libc.so.6:malloc size=%di:u64 if size >= 65536' ./myprog
+  uprobe-run -e 'p:m libc:malloc size=%di:u64' --filter 'm: size >= 4096' --count --by caller,size ./myprog
   # Attach to a running process; Ctrl-C detaches
   uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
 
