@@ -1,6 +1,8 @@
-//! What an event's filter (`if EXPR`, `--filter`; run by `read::passes` before anything is
-//! recorded or counted) came to in the stream: hits, and hits that passed,
-//! per event, told at the end of the run (aggregations count them in their blocks); and `--max-events`, the records the stream keeps at most.
+//! The gate before a hit is recorded or counted: whether its event is switched on
+//! (`--trigger`), and its filter (`if EXPR`, `--filter`, run by `read::passes`); what the
+//! filters let through in the stream (hits and passes per event, told at the end of the run;
+//! aggregations count them in their blocks); and `--max-events`, the records the stream
+//! keeps at most.
 //!
 //! Context: [`passes_counted`] and [`take_record`] run on the hit path (signal, stub or
 //! trampoline context, thread busy: no allocation, no lock, no libc); the rest at start-up,
