@@ -439,6 +439,18 @@ fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Res
             "kernel uprobe + uretprobe, counted by perf".into(),
             over(median_of(runs, &|| engines.run(&job(Engine::Kernel, Kind::EntryReturn, 200_000)))),
         ),
+        (
+            "uprobe-run --count, a one-comparison filter fails".into(),
+            ours(&|u| aggregate::run_filtered(u, fixture, 5_000_000, false, scratch)),
+        ),
+        (
+            "uprobe-run --count, a one-comparison filter passes".into(),
+            ours(&|u| aggregate::run_filtered(u, fixture, 5_000_000, true, scratch)),
+        ),
+        (
+            "uprobe-run --count --by tid,caller (a two-part key)".into(),
+            ours(&|u| aggregate::run_two_part_key(u, fixture, 5_000_000, scratch)),
+        ),
     ]
 }
 
@@ -453,6 +465,7 @@ fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
                     3 => value(2).map(|e| format!("  {:.2}x the empty entry+return probe", ns / e)),
                     4 => value(1).map(|c| format!("  {:.1}x uprobe-run --count", ns / c)),
                     5 => value(3).map(|l| format!("  {:.1}x uprobe-run --latency", ns / l)),
+                    6..=8 => value(1).map(|c| format!("  {:.2}x uprobe-run --count", ns / c)),
                     _ => None,
                 };
                 println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());

@@ -14,7 +14,15 @@ fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest.parent().expect("loader-cli lies in the workspace").to_path_buf();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for watched in ["runtime/src", "runtime/include", "runtime/Cargo.toml", "Cargo.lock", "Cargo.toml"] {
+    for watched in [
+        "runtime/src",
+        "runtime/contracts/src",
+        "runtime/contracts/Cargo.toml",
+        "runtime/include",
+        "runtime/Cargo.toml",
+        "Cargo.lock",
+        "Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=UPROBE_EMBED_RUNTIME");

@@ -58,6 +58,9 @@ Examples:
   # malloc calls counted per size (the 10 most common), then how long each call takes
   uprobe-run -e 'p:m libc:malloc size=%di:u64' --count --by size --top 10 ./myprog
   uprobe-run --latency libc:malloc ./myprog
+  # Only the large allocations, then counted by caller and size
+  uprobe-run -e 'p libc.so.6:malloc size=%di:u64 if size >= 65536' ./myprog
+  uprobe-run -e 'p:m libc:malloc size=%di:u64' --filter 'm: size >= 4096' --count --by caller,size ./myprog
   # Attach to a running process; Ctrl-C detaches
   uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
 
@@ -114,13 +117,22 @@ pub struct Cli {
     pub no_follow_fork: bool,
 
     /// Event definition in the kernel's uprobe_events grammar: p|r[:[GRP/]EVENT] WHERE
-    /// [FETCHARGS] (repeatable). Each hit becomes a record on the output.
+    /// [FETCHARGS] [if FILTER] (repeatable). Each hit becomes a record on the output; with
+    /// `if`, only the hits that pass FILTER (the kernel's event-filter grammar, see --filter).
     #[arg(short = 'e', long = "event", value_name = "DEF")]
     pub events: Vec<String>,
 
     /// File of event definitions, one a line (`#` starts a comment line; repeatable).
     #[arg(long = "events", value_name = "FILE")]
     pub event_files: Vec<PathBuf>,
+
+    /// A predicate on the events named EVENT (GRP/EVENT or a glob), in the kernel's event
+    /// filter grammar: FIELD OP VALUE joined by &&, || and !, with parentheses; numbers take
+    /// == != < <= > >= &, strings == != ~ (a glob). FIELDs: the event's fetchargs, $retval
+    /// (return events), comm, tid (common_pid), cpu. Hits that fail are neither recorded nor
+    /// counted (repeatable; with `if` in the definition too, a hit must pass both).
+    #[arg(long = "filter", value_name = "EVENT: EXPR")]
+    pub filters: Vec<String>,
 
     /// How events are written: text (as the kernel's trace shows them), json (one object a
     /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
@@ -131,6 +143,18 @@ pub struct Cli {
     /// drops records, counted per event and reported at the end.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub buffer_size: Option<usize>,
+
+    /// A hit of EVENT that passes its filter switches other events on or off, for the whole
+    /// process: `--trigger begin_request:enable=query --trigger end_request:disable=query`
+    /// records the queries of one request. An event some trigger enables starts off
+    /// (repeatable; ACTIONs separated by commas; names may be GRP/EVENT or globs).
+    #[arg(long = "trigger", value_name = "EVENT:enable|disable=EVENT")]
+    pub triggers: Vec<String>,
+
+    /// Stop recording events after N records (the program runs on; the end of the run says
+    /// how many hits were not recorded).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: Option<u64>,
 
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
     /// instead of refusing the run.
@@ -147,8 +171,9 @@ pub struct Cli {
     pub count: bool,
 
     /// With --count: counts per KEY, an argument name of the events, tid, comm or caller (the
-    /// return address, as symbol+offset).
-    #[arg(long, value_name = "KEY")]
+    /// return address, as symbol+offset); several KEYs separated by commas count per
+    /// combination (`--by caller,size`), a column each.
+    #[arg(long, value_name = "KEY[,KEY...]")]
     pub by: Option<String>,
 
     /// With --count: keep the N largest counts.

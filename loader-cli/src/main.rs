@@ -10,6 +10,7 @@ mod cli;
 mod config;
 mod elf;
 mod error;
+mod filter;
 mod launch;
 mod runtime;
 mod sys;
@@ -84,6 +85,9 @@ fn run() -> Result<Infallible, Error> {
         for (given, option) in [
             (!cli.events.is_empty(), "-e"),
             (!cli.event_files.is_empty(), "--events"),
+            (!cli.filters.is_empty(), "--filter"),
+            (cli.max_events.is_some(), "--max-events"),
+            (!cli.triggers.is_empty(), "--trigger"),
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
@@ -115,11 +119,30 @@ fn run() -> Result<Infallible, Error> {
         fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
         extra.push(("events", spec_path(file)?.into_os_string()));
     }
+    extra.extend(filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?);
     if let Some(format) = cli.format {
         extra.push(("format", format.name().into()));
     }
     if let Some(size) = cli.buffer_size {
         extra.push(("buffer-size", size.to_string().into()));
+    }
+    for t in &cli.triggers {
+        if t.contains('\n') || !t.contains(':') {
+            return Err(Error::Filter(format!(
+                "--trigger '{}': expected EVENT:enable=EVENT or EVENT:disable=EVENT",
+                t.replace('\n', "\\n")
+            )));
+        }
+        extra.push(("trigger", t.into()));
+    }
+    if let Some(n) = cli.max_events {
+        if !aggregation.is_empty() {
+            return Err(Error::Aggregate {
+                option: "--max-events",
+                reason: "limits the records of a stream: aggregations keep no records",
+            });
+        }
+        extra.push(("max-events", n.to_string().into()));
     }
     extra.extend(aggregation);
     let command = if cli.list {

@@ -69,6 +69,44 @@ pub fn run_count(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) ->
     run_report(u, fixture, &["--count".into(), "-e".into(), def], "count", hits, scratch)
 }
 
+/// `uprobe-run --count` of `f_push` with a one-comparison filter on its argument (the loop's
+/// index, below 4e9): with `pass`, every hit passes and is counted; without, none does. The
+/// report's filter line must have seen every hit.
+pub fn run_filtered(
+    u: &UprobeRun,
+    fixture: &Fixture,
+    hits: u64,
+    pass: bool,
+    scratch: &Path,
+) -> Result<Measurement, Failure> {
+    let f = fixture.function("f_push");
+    let op = if pass { "<" } else { ">=" };
+    let def =
+        format!("p:hitcost/f_push {}:{:#x} x=%di:u64 if x {op} 4000000000", fixture.program.display(), f.file_offset);
+    let mut args: Vec<String> = ["--format", "json", "--count", "-e"].map(String::from).to_vec();
+    args.push(def);
+    let (finished, report) = run_loop(u, fixture, &args, hits, scratch)?;
+    let number = |kind: &str, field: &str| -> Result<u64, Failure> {
+        let line = report.lines().find(|l| l.contains(&format!("\"kind\":\"{kind}\"")));
+        let rest = line.and_then(|l| l.split_once(&format!("\"{field}\":"))).map(|(_, r)| r);
+        rest.and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .ok_or_else(|| Failure::Invalid(format!("no {kind} {field} in the output: {:?}", report.trim())))
+    };
+    check_hits("the filter's hits", number("filter", "hits")?, hits)?;
+    check_hits("the hits counted", number("count", "count")?, if pass { hits } else { 0 })?;
+    let mut m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
+    m.strategy = super::uprobe_run::probe_strategy(&report);
+    Ok(m)
+}
+
+/// `uprobe-run --count --by tid,caller` of `f_push`: a key of two parts (one key in all).
+pub fn run_two_part_key(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let f = fixture.function("f_push");
+    let def = format!("p:hitcost/f_push {}:{:#x}", fixture.program.display(), f.file_offset);
+    let options = ["--count", "--by", "tid,caller", "-e", &def].map(String::from);
+    run_report(u, fixture, &options, "count", hits, scratch)
+}
+
 /// `uprobe-run --latency PROGRAM:f_push`.
 pub fn run_latency(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
     let place = format!("{}:f_push", fixture.program.display());

@@ -21,7 +21,7 @@ use crate::probe::retprobe;
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
 use crate::trace::fetch::Base;
-use crate::trace::{format, record};
+use crate::trace::{filter, format, read};
 
 /// Per event: hits of threads that had no block (counted in totals, their keys and values
 /// not kept). Made at start-up, before any probe is placed.
@@ -83,6 +83,9 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {
     let Some((plans, p)) = plan::get(index) else { return };
+    if p.gated && !passes(plans, index, regs) {
+        return;
+    }
     let Some(b) = blocks::mine() else { return no_block(index) };
     b.add(p.count, 1);
     if !p.simple {
@@ -90,35 +93,58 @@ fn counted(index: u32, regs: &PtRegs, caller: u64) {
     }
 }
 
+/// Whether a hit of gated event `index` (a filter or a trigger) counts; one that fails its
+/// filter is counted as such in the thread's block, one of an event switched off not at all.
+#[inline(always)]
+fn passes(plans: &Plans, index: u32, regs: &PtRegs) -> bool {
+    let Some(ev) = events::get(index) else { return false };
+    match filter::admit(ev, regs, false) {
+        Some(true) => return true,
+        Some(false) => {
+            if let Some(b) = blocks::mine() {
+                b.add(plans.layout.failed + index as usize, 1);
+            }
+        }
+        None => {}
+    }
+    false
+}
+
 /// The key (`--by`) and the histogram values of a hit.
 fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &PtRegs, caller: u64) {
     let Some(ev) = events::get(index) else { return };
     let file_base = ev.file_base.load(Ordering::Relaxed);
-    if let Some(key) = p.key {
+    if let Some(parts) = &p.key {
         let layout = &plans.layout;
-        let mut words = [0u64; plan::STRING_KEY / 8];
+        let mut words = [0u64; plan::MAX_KEY_WORDS];
         let mut tag = u64::from(index) + 1;
-        match key {
-            Key::Arg(a) => {
-                let arg = &ev.args[a];
-                match record::fetch_number(arg, regs, file_base) {
-                    Some(raw) => words[0] = format::bits_of(&arg.ty, raw),
-                    None => tag |= FAULT_TAG,
+        for (i, part) in parts.iter().enumerate() {
+            let w = &mut words[part.at..part.at + part.key.words()];
+            let read = match part.key {
+                Key::Arg(a) => {
+                    let arg = &ev.args[a];
+                    read::fetch_number(arg, regs, file_base).map(|raw| w[0] = format::bits_of(&arg.ty, raw))
                 }
-            }
-            Key::String(a) => {
-                let mut bytes = [0u8; plan::STRING_KEY];
-                match record::fetch_string(&ev.args[a], regs, file_base, &mut bytes) {
-                    Some(_) => {
-                        for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+                Key::String(a) => {
+                    let mut bytes = [0u8; plan::STRING_KEY];
+                    read::fetch_string(&ev.args[a], regs, file_base, &mut bytes).map(|_| {
+                        for (w, chunk) in w.iter_mut().zip(bytes.chunks_exact(8)) {
                             *w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
                         }
-                    }
-                    None => tag |= FAULT_TAG,
+                    })
                 }
+                Key::Tid | Key::Comm => {
+                    w[0] = u64::from(b.owner_tid() as u32);
+                    Some(())
+                }
+                Key::Caller => {
+                    w[0] = if caller != 0 { caller } else { caller_at_entry(regs) };
+                    Some(())
+                }
+            };
+            if read.is_none() {
+                tag |= FAULT_TAG | 1 << (PART_FAULT_SHIFT + i);
             }
-            Key::Tid => words[0] = u64::from(b.owner_tid() as u32),
-            Key::Caller => words[0] = if caller != 0 { caller } else { caller_at_entry(regs) },
         }
         if !b.count_key(layout, tag, &words[..layout.key_words]) {
             b.add(layout.dropped + index as usize, 1);
@@ -127,15 +153,17 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
     for &h in &p.hists {
         let h = &plans.hists[h];
         let arg = &ev.args[h.arg];
-        match record::fetch_number(arg, regs, file_base) {
+        match read::fetch_number(arg, regs, file_base) {
             Some(raw) => b.add(h.at + h.scale.index(typed(arg, raw)), 1),
             None => b.add(h.faults, 1),
         }
     }
 }
 
-/// A key's tag bit: its value could not be read.
+/// A key's tag: the event's index plus one in the low 32 bits; bit 63: a part could not be
+/// read, and which one in the bits from `PART_FAULT_SHIFT` (one per part).
 pub const FAULT_TAG: u64 = 1 << 63;
+pub const PART_FAULT_SHIFT: usize = 40;
 
 /// A number as its type says (signed types sign-extended, bitfields extracted).
 #[inline]
@@ -174,10 +202,17 @@ fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
 /// # Safety
 /// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is
 /// [`LATENCY_DATA`].
-pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, _regs: *mut PtRegs) -> c_int {
+pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, regs: *mut PtRegs) -> c_int {
     // SAFETY: as in `on_return`.
     let index = unsafe { (*((*ri).rp as *mut ReturnProbe)).event };
     let mut words = 0;
+    if let Some((plans, _)) = plan::get(index).filter(|(_, p)| p.gated) {
+        // SAFETY: the core passes the entry's registers, valid for the call.
+        if !passes(plans, index, unsafe { &*regs }) {
+            // Not timed: its return is not probed.
+            return 1;
+        }
+    }
     if let (Some((plans, p)), Some(b)) = (plan::get(index), blocks::mine()) {
         if let Some(l) = p.latency {
             let at = plans.latencies[l].at;

@@ -11,6 +11,7 @@
 //!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded
 //! {"kind":"latency","function":"work","event":"work__return","probe":"jump","count":12,"total_ns":...,
 //!  "min_ns":...,"max_ns":...,"mean_ns":...,"buckets":[[1048576,2097152,12]]}
+//! {"kind":"filter","event":"malloc","group":"uprobes","hits":1532,"passed":12}
 //! ```
 //!
 //! A bucket's open end is `null`. Keys are written as the event shows the argument (numbers,
@@ -51,7 +52,7 @@ pub fn write(
     if plans.request.count {
         let by = plans.by.as_ref().map(|b| b.name.clone());
         for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
-            match (&by, p.key) {
+            match (&by, &p.key) {
                 (Some(by), Some(_)) => {
                     let k = tables::keyed(plans, snap, events, i, names);
                     start(out, "count");
@@ -91,6 +92,11 @@ pub fn write(
         out.push_str(",\"buckets\":");
         buckets(out, &plan.scale, &snap.hists[h]);
         out.push_str("}\n");
+    }
+    for (i, hits, passed) in tables::filtered(plans, snap) {
+        start(out, "filter");
+        event(out, i);
+        let _ = writeln!(out, ",\"hits\":{hits},\"passed\":{passed}}}");
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
         let lat = &snap.latencies[l];
@@ -182,7 +188,7 @@ mod tests {
             hists: vec![vec![0, 2, 0, 1]],
             faults: vec![0],
             latencies: vec![Latency { hist: vec![0; 66], ..Latency::default() }],
-            keys: [(KeyId { event: 0, fault: false, words: [0x1f, 0, 0, 0, 0, 0, 0, 0] }, 3)].into_iter().collect(),
+            keys: [(KeyId::new(0, &[0x1f]), 3)].into_iter().collect(),
             ..Snapshot::default()
         };
         let views: Vec<EventView> =

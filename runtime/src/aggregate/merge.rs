@@ -13,15 +13,25 @@ use std::collections::BTreeMap;
 
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::buckets::LOG2_BUCKETS;
-use crate::aggregate::hit::{self, FAULT_TAG};
-use crate::aggregate::plan::{Plans, CALLS, ENTERED, LAT_HIST, MAX, MIN, SETS, TOTAL};
+use crate::aggregate::hit::{self, PART_FAULT_SHIFT};
+use crate::aggregate::plan::{Plans, CALLS, ENTERED, LAT_HIST, MAX, MAX_KEY_WORDS, MIN, SETS, TOTAL};
 
-/// A counted key: its event, whether its value could not be read, and its words.
+/// A counted key: its event, which of its parts could not be read (bit i: part i), and its
+/// words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KeyId {
     pub event: usize,
-    pub fault: bool,
-    pub words: [u64; 8],
+    pub faults: u8,
+    pub words: [u64; MAX_KEY_WORDS],
+}
+
+impl KeyId {
+    /// Event `event`'s key of `words` (the rest zero), every part read.
+    pub fn new(event: usize, words: &[u64]) -> KeyId {
+        let mut all = [0; MAX_KEY_WORDS];
+        all[..words.len()].copy_from_slice(words);
+        KeyId { event, faults: 0, words: all }
+    }
 }
 
 /// A timed function's numbers.
@@ -45,6 +55,8 @@ pub struct Snapshot {
     pub dropped: Vec<u64>,
     /// Per event: hits of threads that had no block (no key, no values kept).
     pub unblocked: Vec<u64>,
+    /// Per event: hits that failed its filter (not in `counts`).
+    pub failed: Vec<u64>,
     /// Per histogram: buckets, and values that could not be read.
     pub hists: Vec<Vec<u64>>,
     pub faults: Vec<u64>,
@@ -65,6 +77,7 @@ pub fn take(plans: &Plans) -> Snapshot {
         counts: (0..n).map(hit::unblocked).collect(),
         dropped: vec![0; n],
         unblocked: (0..n).map(hit::unblocked).collect(),
+        failed: vec![0; n],
         hists: plans.hists.iter().map(|h| vec![0; h.scale.buckets()]).collect(),
         faults: vec![0; plans.hists.len()],
         latencies: plans
@@ -107,6 +120,7 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
     for i in 0..plans.events.len() {
         s.counts[i] += b.get(layout.counts + i);
         s.dropped[i] += b.get(layout.dropped + i);
+        s.failed[i] += b.get(layout.failed + i);
     }
     for (h, plan) in plans.hists.iter().enumerate() {
         for (k, c) in s.hists[h].iter_mut().enumerate() {
@@ -131,11 +145,12 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
     }
     if plans.events.iter().any(|p| p.key.is_some()) {
         for (tag, count, key) in b.keys(layout) {
-            let mut words = [0u64; 8];
+            let mut words = [0u64; MAX_KEY_WORDS];
             for (w, k) in words.iter_mut().zip(key) {
                 *w = k.load(core::sync::atomic::Ordering::Relaxed);
             }
-            let id = KeyId { event: ((tag & !FAULT_TAG) - 1) as usize, fault: tag & FAULT_TAG != 0, words };
+            let event = ((tag & 0xffff_ffff) - 1) as usize;
+            let id = KeyId { event, faults: (tag >> PART_FAULT_SHIFT) as u8, words };
             *s.keys.entry(id).or_insert(0) += count;
         }
     }
@@ -176,6 +191,7 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
         counts: minus(&now.counts, &before.counts),
         dropped: minus(&now.dropped, &before.dropped),
         unblocked: minus(&now.unblocked, &before.unblocked),
+        failed: minus(&now.failed, &before.failed),
         hists: now
             .hists
             .iter()
@@ -195,8 +211,8 @@ mod tests {
 
     #[test]
     fn an_interval_is_the_difference() {
-        let key = KeyId { event: 0, fault: false, words: [7, 0, 0, 0, 0, 0, 0, 0] };
-        let other = KeyId { words: [8, 0, 0, 0, 0, 0, 0, 0], ..key };
+        let key = KeyId::new(0, &[7]);
+        let other = KeyId::new(0, &[8]);
         let before = Snapshot {
             counts: vec![10, 1],
             hists: vec![vec![0, 2, 3]],

@@ -9,6 +9,7 @@
 //! header      HEADER_WORDS (owner, claims, the last owners' names: `blocks`)
 //! counts      one word per event: hits
 //! dropped     one word per event: hits whose key found no room in the thread's table
+//! failed      one word per event: hits that failed its filter (neither counted nor timed)
 //! histograms  per histogram: its buckets, then the values that could not be read
 //! latencies   per timed function: LATENCY_WORDS (see the offsets below)
 //! keys        KEY_SLOTS slots of [tag, count, key words] (`blocks::Block::count_key`)
@@ -29,6 +30,9 @@ pub const HEADER_WORDS: usize = 32;
 pub const KEY_SLOTS: usize = 4096;
 /// The longest string kept as a key (longer ones are cut, as bpftrace's `str()` cuts them).
 pub const STRING_KEY: usize = 64;
+/// The most parts a key may have (`--by caller,size,...`), and the most words they take.
+pub const MAX_KEY_PARTS: usize = 8;
+pub const MAX_KEY_WORDS: usize = 32;
 
 /// A timed function's words: calls that returned, their total, min and max ns, calls that
 /// entered, two interval sets of (epoch tag, min, max), and a log2 histogram of ns.
@@ -41,17 +45,36 @@ pub const SETS: usize = 5;
 pub const LAT_HIST: usize = 11;
 pub const LATENCY_WORDS: usize = LAT_HIST + LOG2_BUCKETS;
 
-/// What a hit of a counted event is counted by (`--by`).
+/// One part of what a hit of a counted event is counted by (`--by`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
     /// A number fetcharg (index into the event's args).
     Arg(usize),
     /// A string fetcharg, kept up to [`STRING_KEY`] bytes.
     String(usize),
-    /// The thread (`tid`, and `comm`, which shows each thread's name).
+    /// The thread (`tid`).
     Tid,
+    /// The thread, shown (and merged) by its name (`comm`).
+    Comm,
     /// The return address: where the function was called from.
     Caller,
+}
+
+impl Key {
+    /// The words the part takes in a key.
+    pub fn words(self) -> usize {
+        match self {
+            Key::String(_) => STRING_KEY / 8,
+            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller => 1,
+        }
+    }
+}
+
+/// A key's part and where its words start in the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyPart {
+    pub key: Key,
+    pub at: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +83,8 @@ pub struct EventPlan {
     pub count: usize,
     /// Only counted: no key and no histogram (the hit path's shortest way).
     pub simple: bool,
-    pub key: Option<Key>,
+    /// The key's parts, in `--by`'s order.
+    pub key: Option<Vec<KeyPart>>,
     /// Indices into [`Plans::hists`].
     pub hists: Vec<usize>,
     /// Index into [`Plans::latencies`] for a `--latency` event.
@@ -68,6 +92,11 @@ pub struct EventPlan {
     /// One of several events of one definition (a glob): text reports leave it out while it
     /// has nothing to show.
     pub shared: bool,
+    /// It has a filter (set by `setup` from the event).
+    pub filtered: bool,
+    /// Its hits go through the event's gate first (`trace::filter::admit`): a filter,
+    /// triggers, or switched on and off by one.
+    pub gated: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +123,7 @@ pub struct LatencyPlan {
 pub struct Layout {
     pub counts: usize,
     pub dropped: usize,
+    pub failed: usize,
     pub keys: usize,
     /// Words of a key: 1, or STRING_KEY / 8 when some key is a string.
     pub key_words: usize,
@@ -105,8 +135,11 @@ pub struct Layout {
 /// The `--by` key as asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct By {
+    /// As written (`caller,size`).
     pub name: String,
-    /// `comm`: thread ids are shown, and merged, by their threads' names.
+    /// Its parts' names.
+    pub parts: Vec<String>,
+    /// A part is `comm`: thread ids are shown, and merged, by their threads' names.
     pub comm: bool,
 }
 
@@ -162,6 +195,8 @@ pub enum PlanError {
     NotNumber { option: &'static str, text: String, event: String, arg: String, what: &'static str },
     #[error("--by '{key}': argument {key} of event {event} is an array: a key is one number or string")]
     ArrayKey { key: String, event: String },
+    #[error("--by '{by}': expected {what}")]
+    BadKey { by: String, what: String },
     #[error("--by caller: event {event} is not at a function's entry or return, where the caller is known")]
     CallerUnknown { event: String },
     #[error(
@@ -201,6 +236,8 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             hists: Vec::new(),
             latency: None,
             shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
+            filtered: false,
+            gated: false,
         })
         .collect();
     let mut hists = Vec::new();
@@ -250,34 +287,49 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             });
         }
     }
-    let by = request.by.as_ref().map(|k| By { name: k.clone(), comm: false });
-    let mut by = by;
+    let mut by = match &request.by {
+        Some(k) => Some(parse_by(k)?),
+        None => None,
+    };
     if let (true, Some(b)) = (request.count, by.as_mut()) {
-        for &i in &counted {
+        'events: for &i in &counted {
             let e = &events[i];
-            let key = match e.args.iter().position(|a| a.name == b.name) {
-                Some(a) if e.args[a].ty.count.is_some() => {
-                    return Err(PlanError::ArrayKey { key: b.name.clone(), event: e.name.to_string() });
-                }
-                Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
-                Some(a) => Key::Arg(a),
-                None => match b.name.as_str() {
-                    "tid" => Key::Tid,
-                    "comm" => {
-                        b.comm = true;
-                        Key::Tid
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for name in &b.parts {
+                let key = match e.args.iter().position(|a| &a.name == name) {
+                    Some(a) if e.args[a].ty.count.is_some() => {
+                        return Err(PlanError::ArrayKey { key: name.clone(), event: e.name.to_string() });
                     }
-                    "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
-                    "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
-                    // An event without the argument is counted as a whole.
-                    _ => continue,
-                },
-            };
-            plans[i].key = Some(key);
+                    Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
+                    Some(a) => Key::Arg(a),
+                    None => match name.as_str() {
+                        "tid" => Key::Tid,
+                        "comm" => {
+                            b.comm = true;
+                            Key::Comm
+                        }
+                        "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
+                        "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
+                        // An event without the argument is counted as a whole.
+                        _ => continue 'events,
+                    },
+                };
+                parts.push(KeyPart { key, at });
+                at += key.words();
+            }
+            if at > MAX_KEY_WORDS {
+                let what = format!("a key of at most {MAX_KEY_WORDS} words (a string takes {})", STRING_KEY / 8);
+                return Err(PlanError::BadKey { by: b.name.clone(), what });
+            }
+            plans[i].key = Some(parts);
             plans[i].simple = false;
         }
         if let Some(&first) = counted.first().filter(|_| counted.iter().all(|&i| plans[i].key.is_none())) {
-            return Err(PlanError::NoKey { key: b.name.clone(), event: events[first].name.to_string() });
+            let has = |p: &String| counted.iter().any(|&i| events[i].args.iter().any(|a| &a.name == p));
+            let missing = b.parts.iter().find(|p| !["tid", "comm", "caller"].contains(&p.as_str()) && !has(p));
+            let key = missing.unwrap_or(&b.name).clone();
+            return Err(PlanError::NoKey { key, event: events[first].name.to_string() });
         }
     }
     if !request.count {
@@ -300,11 +352,28 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
     Ok(Plans { events: plans, hists, latencies, by, request: request.clone(), layout })
 }
 
+/// `--by`'s parts: names separated by commas, each once.
+fn parse_by(text: &str) -> Result<By, PlanError> {
+    let bad = |what: String| PlanError::BadKey { by: text.to_string(), what };
+    let parts: Vec<String> = text.split(',').map(|p| p.trim().to_string()).collect();
+    if parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
+        return Err(bad("names separated by commas (an argument, tid, comm or caller)".into()));
+    }
+    if parts.len() > MAX_KEY_PARTS {
+        return Err(bad(format!("at most {MAX_KEY_PARTS} parts")));
+    }
+    if let Some(p) = parts.iter().enumerate().find(|(i, p)| parts[..*i].contains(p)).map(|(_, p)| p) {
+        return Err(bad(format!("each part once ({p} is twice)")));
+    }
+    Ok(By { name: text.to_string(), parts, comm: false })
+}
+
 /// Gives every part its words (see the module doc).
 fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], latencies: &mut [LatencyPlan]) -> Layout {
     let counts = HEADER_WORDS;
     let dropped = counts + events;
-    let mut at = dropped + events;
+    let failed = dropped + events;
+    let mut at = failed + events;
     for (i, p) in plans.iter_mut().enumerate() {
         p.count = counts + i;
     }
@@ -317,13 +386,13 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
         l.at = at;
         at += LATENCY_WORDS;
     }
-    let strings = plans.iter().any(|p| matches!(p.key, Some(Key::String(_))));
-    let key_words = if strings { STRING_KEY / 8 } else { 1 };
+    let key_words = plans.iter().filter_map(|p| p.key.as_ref()).map(|k| k.iter().map(|p| p.key.words()).sum()).max();
+    let key_words = key_words.unwrap_or(1);
     let keyed = plans.iter().any(|p| p.key.is_some());
     let keys = (at + 7) & !7;
     let slot_words = 2 + key_words;
     let words = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
-    Layout { counts, dropped, keys, key_words, slot_words, words }
+    Layout { counts, dropped, failed, keys, key_words, slot_words, words }
 }
 
 static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
@@ -376,11 +445,12 @@ mod tests {
         r.hists = vec![parse_hist("malloc.size").unwrap(), parse_lhist("m*.size,0,100,10").unwrap()];
         let p = build(&events, &r).unwrap();
         assert_eq!(p.events[0].hists, [0, 1]);
-        assert_eq!((p.events[0].key, p.events[1].key, p.events[2].key), (Some(Key::Tid), Some(Key::Tid), None));
+        let tid = Some(vec![KeyPart { key: Key::Tid, at: 0 }]);
+        assert_eq!((&p.events[0].key, &p.events[1].key, &p.events[2].key), (&tid, &tid, &None));
         assert_eq!(p.events[2].latency, Some(0));
         let l = p.layout;
         assert_eq!((l.counts, l.dropped), (HEADER_WORDS, HEADER_WORDS + 3));
-        assert_eq!(p.hists[0].at, HEADER_WORDS + 6);
+        assert_eq!((l.failed, p.hists[0].at), (HEADER_WORDS + 6, HEADER_WORDS + 9));
         assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 1);
         assert_eq!(p.latencies[0].at, p.hists[1].faults + 1);
         assert_eq!((l.key_words, l.slot_words), (1, 3));
@@ -389,7 +459,36 @@ mod tests {
         r.by = Some("name".into());
         r.hists.clear();
         let s = build(&events[..1], &r).unwrap();
-        assert_eq!((s.events[0].key, s.layout.key_words), (Some(Key::String(1)), 8));
+        assert_eq!((&s.events[0].key, s.layout.key_words), (&Some(vec![KeyPart { key: Key::String(1), at: 0 }]), 8));
+        r.by = Some("caller, name,size".into());
+        let m = build(&events[..1], &r).unwrap();
+        let parts = [(Key::Caller, 0), (Key::String(1), 1), (Key::Arg(0), 9)].map(|(key, at)| KeyPart { key, at });
+        assert_eq!((m.events[0].key.as_deref(), m.layout.key_words), (Some(&parts[..]), 10));
+        assert_eq!(m.by.as_ref().unwrap().parts, ["caller", "name", "size"]);
+        r.by = Some("name,comm,tid".into());
+        let c = build(&events, &r).unwrap();
+        assert!(c.by.as_ref().unwrap().comm);
+        assert_eq!(c.events[1].key, None, "free has no name: counted as a whole");
+        r.by = Some("name,name".into());
+        assert_eq!(
+            build(&events, &r).unwrap_err().to_string(),
+            "--by 'name,name': expected each part once (name is twice)"
+        );
+        r.by = Some("name,".into());
+        assert!(build(&events, &r).unwrap_err().to_string().starts_with("--by 'name,': expected names separated"));
+        r.by = Some("name,name2,name3,name4,name5".into());
+        let five = args(&[
+            "name=+0(%si):string",
+            "name2=+0(%si):string",
+            "name3=+0(%si):string",
+            "name4=+0(%si):string",
+            "name5=+0(%si):string",
+        ]);
+        let e = build(&[info("malloc", &five, false)], &r).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--by 'name,name2,name3,name4,name5': expected a key of at most 32 words (a string takes 8)"
+        );
     }
 
     #[test]
@@ -433,7 +532,11 @@ mod tests {
             &Request { by: Some("size".into()), ..r.clone() },
         )
         .unwrap();
-        assert_eq!((two.events[0].key, two.events[1].key), (Some(Key::Arg(0)), None), "free is counted as a whole");
+        assert_eq!(
+            (&two.events[0].key, &two.events[1].key),
+            (&Some(vec![KeyPart { key: Key::Arg(0), at: 0 }]), &None),
+            "free is counted as a whole"
+        );
         r.by = Some("caller".into());
         let mid = EventInfo { at_entry: false, ..info("mid", &a, false) };
         assert!(matches!(build(&[mid], &r), Err(PlanError::CallerUnknown { .. })));

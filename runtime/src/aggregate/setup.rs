@@ -62,7 +62,10 @@ impl Frontend for Aggregator {
                 at_entry: at_entry(e),
             })
             .collect();
-        let plans = plan::build(&infos, &self.request).map_err(|e| e.to_string())?;
+        let mut plans = plan::build(&infos, &self.request).map_err(|e| e.to_string())?;
+        for (p, e) in plans.events.iter_mut().zip(events) {
+            (p.filtered, p.gated) = (e.filter.is_some(), e.gated);
+        }
         let names = plans.by.as_ref().is_some_and(|b| b.comm);
         blocks::init(&plans.layout, names).map_err(|e| {
             format!(

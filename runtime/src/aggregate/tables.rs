@@ -4,7 +4,7 @@
 //! not return. Pure, given [`Names`] for what only the process knows.
 
 use crate::aggregate::merge::{KeyId, Latency, Snapshot};
-use crate::aggregate::plan::{Key, Plans};
+use crate::aggregate::plan::{Key, KeyPart, Plans};
 use crate::trace::fetch::FetchArg;
 use crate::trace::format::{self, json_string, Symbols, Value};
 
@@ -26,12 +26,20 @@ pub struct EventView<'a> {
     pub args: &'a [FetchArg],
 }
 
-/// One counted key.
+/// One counted key: its parts as text (one column each), the whole as JSON (one value, or
+/// an object with a member per part).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
-    pub text: String,
+    pub cells: Vec<String>,
     pub json: String,
     pub count: u64,
+}
+
+impl Row {
+    /// The key as one text (its parts separated by blanks).
+    pub fn text(&self) -> String {
+        self.cells.join("  ")
+    }
 }
 
 /// An event's counts by key.
@@ -98,6 +106,19 @@ pub struct Interval {
     pub cumulative: bool,
 }
 
+/// The filtered events' hits, and how many passed (were counted, or timed): (event, hits,
+/// passed).
+pub fn filtered(plans: &Plans, snap: &Snapshot) -> Vec<(usize, u64, u64)> {
+    let passed = |i: usize| match plans.events[i].latency {
+        Some(l) => snap.latencies[l].entered,
+        None => snap.counts[i],
+    };
+    (0..plans.events.len())
+        .filter(|&i| plans.events[i].filtered)
+        .map(|i| (i, passed(i) + snap.failed[i], passed(i)))
+        .collect()
+}
+
 /// `n` and a noun, in the singular for one.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -154,14 +175,14 @@ fn top<T>(mut rows: Vec<T>, n: Option<usize>, count: impl Fn(&T) -> u64) -> (Vec
 
 /// Event `event`'s counts by key.
 pub fn keyed(plans: &Plans, snap: &Snapshot, events: &[EventView], event: usize, names: &mut dyn Names) -> Keyed {
-    let key = plans.events[event].key;
-    let comm = plans.by.as_ref().is_some_and(|b| b.comm);
+    let parts = plans.events[event].key.as_deref().unwrap_or_default();
+    let part_names = plans.by.as_ref().map_or(&[][..], |b| b.parts.as_slice());
     let mut rows: Vec<Row> = Vec::new();
     for (id, &count) in snap.keys.range(first_of(event)..).take_while(|(id, _)| id.event == event) {
-        let (text, json) = show_key(key, id, events[event].args, comm, names);
-        match rows.iter_mut().find(|r| r.text == text) {
+        let (cells, json) = show_key(parts, part_names, id, events[event].args, names);
+        match rows.iter_mut().find(|r| r.cells == cells) {
             Some(r) => r.count += count,
-            None => rows.push(Row { text, json, count }),
+            None => rows.push(Row { cells, json, count }),
         }
     }
     // Stable: equal counts stay in the keys' order.
@@ -180,43 +201,75 @@ pub fn keyed(plans: &Plans, snap: &Snapshot, events: &[EventView], event: usize,
 }
 
 fn first_of(event: usize) -> KeyId {
-    KeyId { event, fault: false, words: [0; 8] }
+    KeyId { event, faults: 0, words: [0; crate::aggregate::plan::MAX_KEY_WORDS] }
 }
 
-/// A key as text and as JSON.
-fn show_key(key: Option<Key>, id: &KeyId, args: &[FetchArg], comm: bool, names: &mut dyn Names) -> (String, String) {
-    if id.fault {
-        return ("(fault)".into(), "null".into());
+/// A key as text (a cell per part) and as JSON: the part's value for a key of one part, else
+/// an object with a member per part, named as `--by` names it.
+fn show_key(
+    parts: &[KeyPart],
+    part_names: &[String],
+    id: &KeyId,
+    args: &[FetchArg],
+    names: &mut dyn Names,
+) -> (Vec<String>, String) {
+    let mut cells = Vec::with_capacity(parts.len());
+    let mut members = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let (text, json) = if id.faults & (1 << i) != 0 {
+            ("(fault)".to_string(), "null".to_string())
+        } else {
+            show_part(part.key, &id.words[part.at..part.at + part.key.words()], args, names)
+        };
+        cells.push(text);
+        members.push(json);
     }
+    if members.len() == 1 {
+        return (cells, members.remove(0));
+    }
+    let mut json = String::from("{");
+    for (i, m) in members.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        json_string(&mut json, part_names.get(i).map_or("", String::as_str).as_bytes());
+        json.push(':');
+        json.push_str(m);
+    }
+    json.push('}');
+    (cells, json)
+}
+
+/// One part of a key as text and as JSON.
+fn show_part(key: Key, words: &[u64], args: &[FetchArg], names: &mut dyn Names) -> (String, String) {
     let mut json = String::new();
     let text = match key {
-        Some(Key::Arg(a)) => {
+        Key::Arg(a) => {
             let ty = &args[a].ty;
             let mut t = Vec::new();
-            format::text_value(&mut t, ty, &Value::Num(id.words[0]), names);
-            format::json_value(&mut json, ty, &Value::Num(id.words[0]), names);
+            format::text_value(&mut t, ty, &Value::Num(words[0]), names);
+            format::json_value(&mut json, ty, &Value::Num(words[0]), names);
             String::from_utf8_lossy(&t).into_owned()
         }
-        Some(Key::String(_)) => {
-            let bytes: Vec<u8> = id.words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+        Key::String(_) => {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
             json_string(&mut json, &bytes);
             String::from_utf8_lossy(&bytes).into_owned()
         }
-        Some(Key::Tid) if comm => {
-            let name = names.comm(id.words[0] as u32 as i32);
+        Key::Comm => {
+            let name = names.comm(words[0] as u32 as i32);
             json_string(&mut json, name.as_bytes());
             name
         }
-        Some(Key::Tid) => {
-            json = (id.words[0] as u32).to_string();
+        Key::Tid => {
+            json = (words[0] as u32).to_string();
             json.clone()
         }
-        Some(Key::Caller) => {
-            let name = names.symbolize(id.words[0]);
+        Key::Caller => {
+            let name = names.symbolize(words[0]);
             json_string(&mut json, name.as_bytes());
             name
         }
-        None => String::new(),
     };
     (text, json)
 }
@@ -279,7 +332,7 @@ mod tests {
     }
 
     fn key(event: usize, w: u64) -> KeyId {
-        KeyId { event, fault: false, words: [w, 0, 0, 0, 0, 0, 0, 0] }
+        KeyId::new(event, &[w])
     }
 
     #[test]
@@ -291,7 +344,7 @@ mod tests {
             counts: vec![12],
             dropped: vec![1],
             unblocked: vec![0],
-            keys: [(key(0, 5), 2), (key(0, 0xffff_ffff), 6), (key(0, 9), 3), (KeyId { fault: true, ..key(0, 0) }, 1)]
+            keys: [(key(0, 5), 2), (key(0, 0xffff_ffff), 6), (key(0, 9), 3), (KeyId { faults: 1, ..key(0, 0) }, 1)]
                 .into_iter()
                 .collect(),
             ..Snapshot::default()
@@ -301,8 +354,8 @@ mod tests {
         assert_eq!(
             k.rows,
             [
-                Row { text: "-1".into(), json: "-1".into(), count: 6 },
-                Row { text: "9".into(), json: "9".into(), count: 3 }
+                Row { cells: vec!["-1".into()], json: "-1".into(), count: 6 },
+                Row { cells: vec!["9".into()], json: "9".into(), count: 3 }
             ]
         );
         assert_eq!((k.keys, k.rest, k.total, k.dropped), (4, (2, 3), 12, 1));
@@ -328,7 +381,7 @@ mod tests {
         );
         let plans = build(&info, &request("caller", None)).unwrap();
         let snap = Snapshot { keys: [(key(0, 0x1010), 4)].into_iter().collect(), ..snap };
-        assert_eq!(keyed(&plans, &snap, &views, 0, &mut Fake).rows[0].text, "main+0x10");
+        assert_eq!(keyed(&plans, &snap, &views, 0, &mut Fake).rows[0].text(), "main+0x10");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! latency work: 12 calls, total 18020334 ns, min 1500123 ns, mean 1501694 ns, max 1510000 ns
 //! [1M, 2M)              12 |@@@@@@@@@@@@@@@@@@@@@@@|
 //! (3 calls did not return: 3 left by longjmp or an exception)
+//! filter malloc: 1532 hits, 12 passed               (events with a filter)
 //! ```
 //!
 //! Sections are separated by a blank line.
@@ -99,6 +100,13 @@ pub fn write(
         let _ =
             writeln!(out, "({idle} more {} of globs, not called)\n", if idle == 1 { "function" } else { "functions" });
     }
+    let filtered = tables::filtered(plans, snap);
+    for &(i, hits, passed) in &filtered {
+        let _ = writeln!(out, "filter {}: {}, {passed} passed", events[i].name, plural(hits, "hit", "hits"));
+    }
+    if !filtered.is_empty() {
+        out.push('\n');
+    }
 }
 
 fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot) {
@@ -133,10 +141,22 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
         plural(k.total, "hit", "hits"),
         plural(k.keys as u64, "key", "keys")
     );
-    let width = k.rows.iter().map(|r| r.text.len()).max().unwrap_or(0).max(by.len());
-    let _ = writeln!(out, "  {by:<width$} {:>12}", "COUNT");
+    // One column per part of the key, each as wide as its widest cell or its name.
+    let heads: Vec<&str> = plans.by.as_ref().map_or(vec![by], |b| b.parts.iter().map(String::as_str).collect());
+    let widths: Vec<usize> = (0..heads.len())
+        .map(|c| k.rows.iter().filter_map(|r| r.cells.get(c)).map(String::len).max().unwrap_or(0).max(heads[c].len()))
+        .collect();
+    let line = |out: &mut String, cells: &[&str], count: &str| {
+        out.push_str("  ");
+        for (c, w) in cells.iter().zip(&widths) {
+            let _ = write!(out, "{c:<w$} ");
+        }
+        let _ = writeln!(out, "{count:>12}");
+    };
+    line(out, &heads, "COUNT");
     for r in &k.rows {
-        let _ = writeln!(out, "  {:<width$} {:>12}", r.text, r.count);
+        let cells: Vec<&str> = r.cells.iter().map(String::as_str).collect();
+        line(out, &cells, &r.count.to_string());
     }
     if k.rest.0 > 0 {
         let _ = writeln!(

@@ -68,6 +68,7 @@ pub fn finish(how: Ending) {
     handlers::call_exits(matches!(how, Ending::Signal(_)));
     output::flush();
     trace::drain::finish();
+    trace::filter::report();
     aggregate::report::finish();
     report::report_missed();
     if stats::PRINT.load(Ordering::Relaxed) {

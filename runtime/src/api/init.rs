@@ -176,6 +176,9 @@ fn start(spec: &Spec) {
     let settings = Settings {
         events: spec.events.clone(),
         files: spec.event_files.clone(),
+        filters: spec.filters.clone(),
+        max_events: spec.max_events,
+        triggers: spec.triggers.clone(),
         format,
         buffer_size: spec.buffer_size.unwrap_or(setup::DEFAULT_BUFFER),
         lenient: spec.options.lenient,

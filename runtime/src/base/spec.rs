@@ -19,6 +19,13 @@ pub struct Spec {
     pub events: Vec<String>,
     /// `events<TAB>PATH`: files of event definitions (`--events`).
     pub event_files: Vec<String>,
+    /// `filter<TAB>N<TAB>PROGRAM`: the compiled predicate of the Nth definition (`-e` in
+    /// order, then the files' definitions), as `uprobe_contracts::filter::Program` writes it.
+    pub filters: Vec<(usize, String)>,
+    /// `max-events<TAB>N`: the stream keeps at most N records.
+    pub max_events: Option<u64>,
+    /// `trigger<TAB>EVENT:enable=E,disable=F`: hits of EVENT switch other events on or off.
+    pub triggers: Vec<String>,
     /// `format<TAB>text|json|chrome`: how events are written.
     pub format: Option<String>,
     /// `buffer-size<TAB>BYTES`: each thread's event buffer.
@@ -112,6 +119,13 @@ impl Spec {
                 "output" => spec.output = Some(value.into()),
                 "event" => spec.events.push(value.into()),
                 "events" => spec.event_files.push(value.into()),
+                "filter" => {
+                    let (n, program) = value.split_once('\t').ok_or_else(|| SpecError::BadValue(line.into()))?;
+                    let n = n.parse().map_err(|_| SpecError::BadValue(line.into()))?;
+                    spec.filters.push((n, program.into()));
+                }
+                "max-events" => spec.max_events = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
+                "trigger" => spec.triggers.push(value.into()),
                 "format" => match value {
                     "text" | "json" | "chrome" => spec.format = Some(value.into()),
                     _ => return Err(SpecError::BadValue(line.into())),
@@ -197,6 +211,10 @@ mod tests {
         assert_eq!((s.format.as_deref(), s.buffer_size, s.list.as_deref()), (Some("json"), Some(4096), Some("")));
         assert!(s.options.lenient);
         assert_eq!(Spec::parse("format\txml"), Err(SpecError::BadValue("format\txml".into())));
+        let s = Spec::parse("filter\t1\tn,a0,gt,u,3 not,0\nmax-events\t10\ntrigger\ta:enable=b\n").unwrap();
+        assert_eq!(s.filters, [(1, "n,a0,gt,u,3 not,0".to_string())]);
+        assert_eq!((s.max_events, s.triggers.as_slice()), (Some(10), &["a:enable=b".to_string()][..]));
+        assert!(Spec::parse("filter\tx\tn").is_err() && Spec::parse("filter\t1").is_err());
     }
 
     #[test]

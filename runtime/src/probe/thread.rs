@@ -54,6 +54,11 @@ pub struct ThreadState {
     /// A thread of the runtime's own (an attach session's agent) while it is idle, running
     /// none of the program's or the handler libraries' code (see `world`).
     pub own: Cell<bool>,
+    /// The thread's id and name as a predicate last read them (0 and empty: not yet), so
+    /// that a filter on `tid` or `comm` makes a system call at the thread's first such hit
+    /// only (`trace::filter`; a fork's child forgets them).
+    pub filter_tid: Cell<i32>,
+    pub filter_comm: Cell<[u8; 16]>,
 }
 
 thread_local! {
@@ -71,6 +76,8 @@ thread_local! {
             returns: UnsafeCell::new(ReturnStack::EMPTY),
             requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
             own: Cell::new(false),
+            filter_tid: Cell::new(0),
+            filter_comm: Cell::new([0; 16]),
         }
     };
 }
@@ -123,6 +130,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     returns: UnsafeCell::new(ReturnStack::EMPTY),
     requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
     own: Cell::new(false),
+    filter_tid: Cell::new(0),
+    filter_comm: Cell::new([0; 16]),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it

@@ -4,7 +4,9 @@
 //! Each probe object is a `struct uprobe` (or `struct uretprobe`) followed by the event's
 //! index, so a handler finds its event from the pointer the core passes it, with no lookup.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+use uprobe_contracts::filter::Program;
 
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::trace::def::Kind;
@@ -44,6 +46,18 @@ pub struct Event {
     pub file_base: AtomicU64,
     /// Records that found no room (a full buffer, or no buffer for the thread).
     pub dropped: AtomicU64,
+    /// The predicate its hits must pass (`if`, `--filter`; see `filter`).
+    pub filter: Option<Program>,
+    /// Hits of a filtered event that failed and that passed its filter (the stream's; see
+    /// `filter::passes_counted`).
+    pub filter_failed: AtomicU64,
+    pub filter_passed: AtomicU64,
+    /// Whether its hits count now (`--trigger`: an event another one enables starts off).
+    pub on: AtomicBool,
+    /// What a passing hit switches (`--trigger EVENT:enable=E,disable=F`): (event, on).
+    pub triggers: Vec<(u32, bool)>,
+    /// Its hits go through `filter::admit` (a filter, a trigger, or switched by one).
+    pub gated: bool,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

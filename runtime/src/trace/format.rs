@@ -100,29 +100,12 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
 
 /// A value as read, cut to its type's size or extracted from its bitfield.
 pub fn bits_of(ty: &Type, v: u64) -> u64 {
-    let v = match ty.bitfield {
-        Some(b) => (v >> b.offset) & mask(u32::from(b.width)),
-        None => v,
-    };
-    if ty.bitfield.is_some() {
-        v
-    } else {
-        v & mask(u32::from(ty.size) * 8)
-    }
-}
-
-fn mask(bits: u32) -> u64 {
-    if bits >= 64 {
-        u64::MAX
-    } else {
-        (1 << bits) - 1
-    }
+    ty.bits(v)
 }
 
 /// A value of a signed type, sign-extended from its size.
 pub fn signed(ty: &Type, v: u64) -> i64 {
-    let bits = u32::from(ty.size) * 8;
-    ((v << (64 - bits)) as i64) >> (64 - bits)
+    ty.sign_extend(v)
 }
 
 /// How values are shown: symbols need the process's symbol tables.

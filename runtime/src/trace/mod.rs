@@ -5,8 +5,11 @@
 //! beside `events/uprobes.c`: it registers `struct uprobe`/`struct uretprobe` objects whose
 //! handlers record.
 //!
-//! - [`def`], [`fetch`], [`names`]: definitions, fetchargs and types, function names and
-//!   globs (pure);
+//! - [`def`], [`fetch`] (from the contracts crate, which `uprobe-run` reads too), [`names`]:
+//!   definitions, fetchargs and types, function names and globs (pure);
+//! - [`read`]: fetchargs read at the hit, and predicates (`if EXPR`, `--filter`) run on
+//!   them before anything is recorded or counted; [`filter`]: what the predicates let
+//!   through, and `--max-events`;
 //! - [`format`]: records as text, JSON and Chrome events (pure);
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
@@ -24,16 +27,21 @@
 pub mod buffers;
 #[allow(unsafe_code)]
 pub mod clock;
-pub mod def;
 #[allow(unsafe_code)]
 pub mod drain;
 #[allow(unsafe_code)]
 pub mod events;
-pub mod fetch;
+#[allow(unsafe_code)]
+pub mod filter;
 pub mod format;
 pub mod list;
 pub mod names;
 #[allow(unsafe_code)]
+pub mod read;
+#[allow(unsafe_code)]
 pub mod record;
 #[allow(unsafe_code)]
 pub mod setup;
+
+// Definitions and fetchargs are read by uprobe-run too: one parser, in the contracts crate.
+pub use uprobe_contracts::{def, fetch};

@@ -20,9 +20,10 @@
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
 use crate::trace::buffers::{self, Full, Writer};
-use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
 use crate::trace::fetch::{Base, Fetch, FetchArg};
+use crate::trace::read::{address, value};
+use crate::trace::{clock, filter};
 
 /// The fixed part of every record; a return event's caller word follows it.
 pub const HEADER_LEN: usize = 32;
@@ -44,7 +45,9 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
     // registers, valid for the call.
     let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
     if let Some(ev) = events::get(index) {
-        record(ev, index, regs, regs.rip, 0);
+        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
+            record(ev, index, regs, regs.rip, 0);
+        }
     }
 }
 
@@ -59,14 +62,16 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
         ((*(rp as *mut ReturnProbe)).event, (*rp).u.vaddr, (*ri).ret_addr, &*regs)
     };
     if let Some(ev) = events::get(index) {
-        record(ev, index, regs, func, caller);
+        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
+            record(ev, index, regs, func, caller);
+        }
     }
 }
 
 #[inline(always)]
 fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
     let (clock, cpu) = clock::now();
-    if buffers::closed() {
+    if buffers::closed() || !filter::take_record() {
         return;
     }
     let Some(ring) = buffers::mine() else {
@@ -117,49 +122,6 @@ fn write(w: &mut Writer, ev: &Event, regs: &PtRegs, h: &Header) -> Result<(), Fu
     }
     w.patch_u32(28, faults);
     Ok(())
-}
-
-/// The registers as the 21 words of `struct pt_regs`.
-fn word(regs: &PtRegs, i: u8) -> u64 {
-    let words: &[u64; 21] =
-        // SAFETY: PtRegs is repr(C) with exactly 21 u64 fields (checked by its layout test).
-        unsafe { &*(regs as *const PtRegs as *const [u64; 21]) };
-    words[usize::from(i).min(20)]
-}
-
-/// A value that is not read from memory at its last step, or None for a fault on the way.
-fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
-    match f {
-        Fetch::Reg(r) => Some(word(regs, r.0)),
-        Fetch::StackPointer => Some(regs.rsp),
-        Fetch::Stack(n) => usercopy::read_u64(regs.rsp as usize + 8 * *n as usize),
-        Fetch::Retval => Some(regs.rax),
-        Fetch::Arg(n) => Some(match n {
-            1 => regs.rdi,
-            2 => regs.rsi,
-            3 => regs.rdx,
-            4 => regs.rcx,
-            5 => regs.r8,
-            6 => regs.r9,
-            // At a function's entry the return address is at %rsp, the 7th argument above it.
-            n => return usercopy::read_u64(regs.rsp as usize + 8 * (*n as usize - 6)),
-        }),
-        Fetch::Immediate(v) => Some(*v),
-        Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => {
-            usercopy::read_u64(address(f, regs, file_base)? as usize)
-        }
-        Fetch::Comm | Fetch::ImmediateString(_) => None,
-    }
-}
-
-/// The address a memory fetch reads at its last step.
-fn address(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
-    match f {
-        Fetch::Memory(a) => Some(*a),
-        Fetch::FileOffset(o) if file_base != 0 => Some(file_base.wrapping_add(*o)),
-        Fetch::Deref { offset, inner } => Some(value(inner, regs, file_base)?.wrapping_add(*offset as u64)),
-        _ => None,
-    }
 }
 
 /// Writes one fetcharg; Ok(false) for a fault (the slot is still written, zero).
@@ -229,33 +191,5 @@ fn string(w: &mut Writer, at: Option<u64>) -> Result<bool, Full> {
             w.patch_u32(len_at, FAULT);
             Ok(false)
         }
-    }
-}
-
-/// A number fetcharg's value as a record would hold it (as read, not yet cut to its type or
-/// bitfield), or None for a fault; for front-ends that use values without recording them
-/// (aggregation). Hit path, as the rest of this file.
-pub fn fetch_number(arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Option<u64> {
-    match &arg.fetch {
-        f @ (Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. }) => {
-            let at = address(f, regs, file_base)?;
-            let mut b = [0u8; 8];
-            usercopy::copy(&mut b[..usize::from(arg.ty.size).min(8)], at as usize).then(|| u64::from_le_bytes(b))
-        }
-        f => value(f, regs, file_base),
-    }
-}
-
-/// A string fetcharg's bytes, copied into `out` (cut at its length): how many, or None for a
-/// fault. `$comm` is not known here (None). Hit path.
-pub fn fetch_string(arg: &FetchArg, regs: &PtRegs, file_base: u64, out: &mut [u8]) -> Option<usize> {
-    match &arg.fetch {
-        Fetch::ImmediateString(s) => {
-            let n = s.len().min(out.len());
-            out[..n].copy_from_slice(&s[..n]);
-            Some(n)
-        }
-        Fetch::Comm => None,
-        f => usercopy::strncpy(out, address(f, regs, file_base)? as usize),
     }
 }

@@ -12,7 +12,7 @@
 //! Context: start-up (before the program's constructors and `main`), normal context.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler};
 use crate::base::elf::{self, ElfInfo, LoadedModule};
@@ -25,7 +25,8 @@ use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
 use crate::trace::fetch::Fetch;
 use crate::trace::names::{demangle, glob, without_parameters};
-use crate::trace::{buffers, clock, record};
+use crate::trace::{buffers, clock, filter, record};
+use uprobe_contracts::filter::{self as program, Program};
 
 /// What the run asks of the stream.
 pub struct Settings {
@@ -33,6 +34,12 @@ pub struct Settings {
     pub events: Vec<String>,
     /// `--events` files.
     pub files: Vec<String>,
+    /// Compiled predicates: (the definition's number, the program's text).
+    pub filters: Vec<(usize, String)>,
+    /// `--max-events`.
+    pub max_events: Option<u64>,
+    /// `--trigger` texts.
+    pub triggers: Vec<String>,
     pub format: Format,
     /// Bytes of each thread's buffer.
     pub buffer_size: usize,
@@ -94,6 +101,22 @@ struct Source {
     /// Bytes at the start of the text that the user did not write (see [`Added`]).
     unwritten: usize,
     handlers: Handlers,
+    filter: Option<Program>,
+}
+
+/// The predicate of the `n`th definition, as `uprobe-run` compiled it, checked against it.
+fn program_for(n: usize, def: &Definition, settings: &Settings) -> Result<Option<Program>, String> {
+    let mut found = settings.filters.iter().filter(|(i, _)| *i == n);
+    let Some((_, text)) = found.next() else {
+        return match def.filter {
+            Some(_) => Err("a filter compiled by uprobe-run (run the program through uprobe-run)".into()),
+            None => Ok(None),
+        };
+    };
+    match Program::decode(text) {
+        Ok(p) if found.next().is_none() && program::fits(&p, &program::fields_of(def)) => Ok(Some(p)),
+        _ => Err("a filter program that fits the definition (run the program through uprobe-run)".into()),
+    }
 }
 
 /// One probe a definition resolved to.
@@ -120,11 +143,8 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
             Ok(t) => String::from_utf8_lossy(&t).into_owned(),
             Err(e) => refuse_line(&format!("--events {file}: {}", std::io::Error::from_raw_os_error(e)), settings),
         };
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if !line.is_empty() && !line.starts_with('#') {
-                texts.push((format!("{file}:{}", i + 1), line.to_string()));
-            }
+        for (n, line) in def::file_lines(&text) {
+            texts.push((format!("{file}:{n}"), line.to_string()));
         }
     }
     let handlers = frontend.map_or(Handlers::RECORD, |f| f.handlers());
@@ -133,15 +153,26 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         return false;
     }
     let mut sources = Vec::new();
-    for (origin, text) in texts {
+    // Definitions are numbered as `uprobe-run` numbers them for their filters: the `-e` and
+    // files' ones, then the front-end's (`--latency`).
+    let written = texts.len();
+    for (n, (origin, text)) in texts.into_iter().enumerate() {
         match def::parse(&text) {
-            Ok(def) => sources.push(Source { origin, def, unwritten: 0, handlers }),
+            Ok(def) => match program_for(n, &def, settings) {
+                Ok(filter) => sources.push(Source { origin, def, unwritten: 0, handlers, filter }),
+                Err(what) => refuse(&origin, &text, &DefError { at: 0, what }, settings),
+            },
             Err(e) => refuse(&origin, &text, &e, settings),
         }
     }
-    for a in added {
-        match def::parse(&a.text) {
-            Ok(def) => sources.push(Source { origin: a.origin, def, unwritten: a.unwritten, handlers: a.handlers }),
+    for (n, a) in added.into_iter().enumerate() {
+        let parsed = def::parse(&a.text).and_then(|def| {
+            program_for(written + n, &def, settings).map(|p| (def, p)).map_err(|what| DefError { at: 0, what })
+        });
+        match parsed {
+            Ok((def, filter)) => {
+                sources.push(Source { origin: a.origin, def, unwritten: a.unwritten, handlers: a.handlers, filter })
+            }
             Err(e) => refuse_shown(&a.origin, &a.text, a.unwritten, &e, settings),
         }
     }
@@ -166,7 +197,13 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         }
     }
     clock::init();
-    events::publish(targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect());
+    let mut made: Vec<Event> =
+        targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect();
+    if let Err(line) = filter::triggers(&mut made, &settings.triggers) {
+        refuse_line(&line, settings);
+    }
+    events::publish(made);
+    filter::init(frontend.is_none(), settings.max_events);
     if let Some(f) = frontend {
         if let Err(line) = f.prepare(events::all()) {
             refuse_line(&line, settings);
@@ -407,6 +444,12 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         probe,
         file_base: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
+        filter: s.filter.clone(),
+        filter_failed: AtomicU64::new(0),
+        filter_passed: AtomicU64::new(0),
+        on: AtomicBool::new(true),
+        triggers: Vec::new(),
+        gated: s.filter.is_some(),
     }
 }
 

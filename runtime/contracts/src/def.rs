@@ -2,8 +2,8 @@
 //! uprobetracer.rst`), parsed. Pure: text in, [`Definition`] or a [`DefError`] out.
 //!
 //! ```text
-//! p[:[GRP/][EVENT]] WHERE [FETCHARGS]     an entry (or any instruction) event
-//! r[:[GRP/][EVENT]] WHERE [FETCHARGS]     a return event; also p ... WHERE%return
+//! p[:[GRP/][EVENT]] WHERE [FETCHARGS] [if FILTER]   an entry (or any instruction) event
+//! r[:[GRP/][EVENT]] WHERE [FETCHARGS] [if FILTER]   a return event; also p ... WHERE%return
 //! WHERE: PATH:OFFSET   a file offset into the executable or library, as tracefs takes it
 //!        [MODULE:]SYMBOL[+OFFSET]   a function by name (mangled or demangled), or a glob
 //!        0xADDR        an address in the process
@@ -14,7 +14,7 @@
 
 use thiserror::Error;
 
-use crate::trace::fetch::{self, FetchArg, Site};
+use crate::fetch::{self, FetchArg, Site};
 
 /// The most fetchargs an event may have (one fault bit each in a record).
 /// At most as many fetchargs as a record has fault bits.
@@ -54,6 +54,8 @@ pub struct Definition {
     pub event: Option<String>,
     pub place: Place,
     pub args: Vec<FetchArg>,
+    /// `if FILTER`: the predicate's text and the byte where it starts (see `filter`).
+    pub filter: Option<(usize, String)>,
 }
 
 /// A definition that does not parse: what was expected at which byte of the text.
@@ -150,7 +152,17 @@ pub fn parse(text: &str) -> Result<Definition, DefError> {
     }
     let site = if kind == Kind::Return { Site::Return } else { Site::Entry };
     let mut args: Vec<FetchArg> = Vec::new();
+    let mut filter = None;
     for (i, &(at, word)) in words[2..].iter().enumerate() {
+        if word == "if" {
+            let start = at + 2 + (text[at + 2..].len() - text[at + 2..].trim_start().len());
+            let expr = text[start..].trim_end();
+            if expr.is_empty() {
+                return fail(at + 2, "a FILTER after 'if'");
+            }
+            filter = Some((start, expr.to_string()));
+            break;
+        }
         if args.len() == MAX_ARGS {
             return fail(at, format!("at most {MAX_ARGS} fetchargs"));
         }
@@ -160,7 +172,7 @@ pub fn parse(text: &str) -> Result<Definition, DefError> {
         }
         args.push(arg);
     }
-    Ok(Definition { text: text.trim().to_string(), kind, group, event, place, args })
+    Ok(Definition { text: text.trim().to_string(), kind, group, event, place, args, filter })
 }
 
 fn parse_place(text: &str, at: usize) -> Result<Place, DefError> {
@@ -256,6 +268,12 @@ pub fn sanitize(name: &str) -> String {
     out
 }
 
+/// The definitions of an `--events` file: (line number from 1, text) for each line that is
+/// neither blank nor a `#` comment. `uprobe-run` and the runtime number them alike.
+pub fn file_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+}
+
 /// Whether a symbol pattern is a glob (`*`, `?` or a `[...]` class).
 pub fn is_glob(name: &str) -> bool {
     name.contains(['*', '?']) || (name.contains('[') && name.contains(']') && !name.contains("operator"))
@@ -264,7 +282,7 @@ pub fn is_glob(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::fetch::{Fetch, Reg};
+    use crate::fetch::{Fetch, Reg};
 
     fn ok(text: &str) -> Definition {
         parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
@@ -317,5 +335,16 @@ mod tests {
         assert!(parse("p t:add a=%di a=%si").unwrap_err().what.contains("not used twice"));
         assert!(parse("p /t:0x10(0x20)").unwrap_err().what.contains("reference counter"));
         assert_eq!(parse("p t:add x=%di:u7").unwrap_err().at, 14);
+        assert_eq!(parse("p t:add x=%di if ").unwrap_err().what, "a FILTER after 'if'");
+    }
+
+    #[test]
+    fn a_filter_follows_if() {
+        let d = ok("p libc.so.6:malloc size=%di:u64 if size >= 65536 && comm == \"a b\"");
+        assert_eq!(d.args.len(), 1);
+        assert_eq!(d.filter, Some((35, "size >= 65536 && comm == \"a b\"".to_string())));
+        assert_eq!(&d.text[35..38], "siz");
+        assert_eq!(ok("r t:f if $retval < 0").filter, Some((9, "$retval < 0".to_string())));
+        assert_eq!(ok("p t:f").filter, None);
     }
 }

@@ -100,6 +100,21 @@ impl Type {
     pub fn is_string(&self) -> bool {
         self.base == Base::String
     }
+
+    /// A value as read, cut to the type's size or extracted from its bitfield.
+    pub fn bits(&self, v: u64) -> u64 {
+        let mask = |bits: u32| if bits >= 64 { u64::MAX } else { (1 << bits) - 1 };
+        match self.bitfield {
+            Some(b) => (v >> b.offset) & mask(u32::from(b.width)),
+            None => v & mask(u32::from(self.size) * 8),
+        }
+    }
+
+    /// A value of a signed type, sign-extended from its size.
+    pub fn sign_extend(&self, v: u64) -> i64 {
+        let bits = u32::from(self.size.clamp(1, 8)) * 8;
+        ((v << (64 - bits)) as i64) >> (64 - bits)
+    }
 }
 
 /// One parsed fetcharg.
@@ -390,6 +405,16 @@ mod tests {
         assert!(a.ty.is_string());
         assert_eq!(ok("-0x10(%bp):s64").fetch, Fetch::Deref { offset: -16, inner: Box::new(Fetch::Reg(Reg(4))) });
         assert_eq!(ok("+u8(%si)").fetch, Fetch::Deref { offset: 8, inner: Box::new(Fetch::Reg(Reg(13))) });
+    }
+
+    #[test]
+    fn values_cut_to_their_type() {
+        let t = |s: &str| ok(s).ty;
+        assert_eq!(t("+0(%di):u16").bits(0x1_2345), 0x2345);
+        assert_eq!(t("+0(%di):b4@4/32").bits(0xabcd), 0xc);
+        assert_eq!(t("%di:u64").bits(u64::MAX), u64::MAX);
+        assert_eq!(t("%di:s8").sign_extend(0xfe), -2);
+        assert_eq!(t("%di:s64").sign_extend(u64::MAX), -1);
     }
 
     #[test]
