@@ -129,7 +129,7 @@ pub struct Cli {
 
     /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
     /// drops records, counted per event and reported at the end.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     pub buffer_size: Option<usize>,
 
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
@@ -152,7 +152,7 @@ pub struct Cli {
     pub by: Option<String>,
 
     /// With --count: keep the N largest counts.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true)]
     pub top: Option<u64>,
 
     /// A log2 histogram of an event's argument, as bpftrace's hist() (repeatable; EVENT may be
@@ -170,7 +170,7 @@ pub struct Cli {
     pub latency: Vec<String>,
 
     /// A report every SECONDS (decimals allowed), each with that interval's own numbers.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<u64>,
 
     /// With --interval: each report counts from the start of the run.
@@ -186,11 +186,11 @@ pub struct Cli {
     #[arg(short = 'V', long)]
     pub version: bool,
     /// Attach to the running process PID instead of starting a program; Ctrl-C detaches.
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = parse_pid, allow_negative_numbers = true)]
     pub pid: Option<i32>,
 
     /// With --pid: detach after SECONDS (a decimal number).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
 
     /// The program to run and its arguments, passed on verbatim.
@@ -223,6 +223,22 @@ pub fn parse_seconds(text: &str) -> Result<u64, String> {
         return Err(format!("{text}: from 0.001 to 86400 seconds"));
     }
     Ok((seconds * 1e9).round() as u64)
+}
+
+/// `--top`: a whole number from 1.
+pub fn parse_top(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("a whole number of keys from 1 up, not {text:?}")),
+    }
+}
+
+/// `--pid`: a process id, a whole number from 1.
+pub fn parse_pid(text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("a process id (a whole number from 1 up), not {text:?}")),
+    }
 }
 
 /// A size in bytes: `65536`, `64K`, `1M`, `1G`.

@@ -157,7 +157,11 @@ fn run() -> Result<Infallible, Error> {
         check::handler_library(handler)?;
         handler_paths.push(spec_path(handler)?);
     }
-    let output = output.as_deref().map(spec_path).transpose()?;
+    // `-o -`: standard output, as every Unix tool reads it (nothing is created).
+    let output = match output.as_deref() {
+        Some(path) if is_stdout(path) => Some(PathBuf::from("-")),
+        other => other.map(spec_path).transpose()?,
+    };
 
     let launch = Launch {
         program: program.clone(),
@@ -173,7 +177,7 @@ fn run() -> Result<Infallible, Error> {
     let spec_len = launch.run_spec.len();
     let exec_size = launch.exec_size();
     // Last: nothing is created unless the program is about to start.
-    if let Some(output) = &output {
+    if let Some(output) = output.as_ref().filter(|o| !is_stdout(o)) {
         OpenOptions::new()
             .write(true)
             .create(true)
@@ -282,6 +286,11 @@ fn resolve_program(name: &Path) -> Result<PathBuf, Error> {
         Err(_) => Candidate::Missing,
     })
     .ok_or_else(|| Error::NotInPath(name.into()))
+}
+
+/// `-o -`.
+fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, Error> {

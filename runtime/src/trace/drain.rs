@@ -113,7 +113,7 @@ pub fn start(format: Format) {
         done: false,
     });
     if format == Format::Chrome {
-        write_out(b"{\"traceEvents\":[");
+        write_out(b"{\"traceEvents\":[", 0);
     }
     spawn();
 }
@@ -126,9 +126,10 @@ fn format() -> Format {
     }
 }
 
-fn write_out(bytes: &[u8]) {
-    // Output that cannot be written is dropped: the program must go on.
-    let _ = sys::write_all(output::fd(), bytes);
+/// Writes formatted output holding `records` records; what cannot be written is counted as
+/// lost (the program must go on).
+fn write_out(bytes: &[u8], records: usize) {
+    output::write_counted(bytes, output::Lost::Records(records as u64));
 }
 
 /// Starts the drain thread with every asynchronous signal blocked, so that none of the
@@ -247,7 +248,7 @@ fn pass(last: bool) -> bool {
         st.done = true;
     }
     if !out.is_empty() {
-        write_out(&out);
+        write_out(&out, batch.len());
     }
     st.out = out;
     !last

@@ -4,7 +4,7 @@
 //! Each probe object is a `struct uprobe` (or `struct uretprobe`) followed by the event's
 //! index, so a handler finds its event from the pointer the core passes it, with no lookup.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::trace::def::Kind;
@@ -44,6 +44,9 @@ pub struct Event {
     pub file_base: AtomicU64,
     /// Records that found no room (a full buffer, or no buffer for the thread).
     pub dropped: AtomicU64,
+    /// Its probe could not be placed and `--lenient` skipped it: reports say so instead of
+    /// counting it.
+    pub skipped: AtomicBool,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

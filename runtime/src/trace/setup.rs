@@ -12,7 +12,7 @@
 //! Context: start-up (before the program's constructors and `main`), normal context.
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler};
 use crate::base::elf::{self, ElfInfo, LoadedModule};
@@ -407,6 +407,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         probe,
         file_base: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
+        skipped: AtomicBool::new(false),
     }
 }
 
@@ -437,6 +438,10 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
         let hint = if many { " (--lenient skips the functions a glob matches that cannot be probed)" } else { "" };
         let e = DefError { at, what: format!("a place a probe can go: {e}{hint}") };
         refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+        // Still here: --lenient skipped it.
+        if let Some(ev) = events::all().get(i) {
+            ev.skipped.store(true, Ordering::Relaxed);
+        }
     }
 }
 
