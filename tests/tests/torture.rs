@@ -240,7 +240,7 @@ fn probe_sites_that_something_else_changed_are_reported_at_exit() {
     let offset = nm_address(&prog, "work");
     let count = artefact("libcount.so");
     let out = tempfile("changed");
-    let mut child = Command::new(uprobe_run())
+    let mut child = default_signals(&mut Command::new(uprobe_run()))
         .args(int3_only().then_some("--no-optimize"))
         .arg("-o")
         .arg(&out)

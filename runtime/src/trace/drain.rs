@@ -388,15 +388,43 @@ fn merge(entry: &str, ret: &str) -> String {
     }
 }
 
-/// The end of the stream: Chrome's closing, the drops.
+/// The end of the stream: Chrome's closing, the drops, in the stream's own format (a
+/// reader of JSON lines or of a Chrome trace sees them as it sees records).
 fn end(st: &mut State, out: &mut Vec<u8>) {
-    let drops: Vec<(String, u64)> = events::all()
+    let drops: Vec<(String, String, u64)> = events::all()
         .iter()
-        .map(|e| (e.name.clone(), e.dropped.load(Ordering::Relaxed)))
-        .filter(|(_, n)| *n > 0)
+        .map(|e| (e.name.clone(), e.group.clone(), e.dropped.load(Ordering::Relaxed)))
+        .filter(|(_, _, n)| *n > 0)
         .collect();
+    if format() == Format::Json {
+        let pid = sys::getpid();
+        for (name, group, n) in &drops {
+            let mut line = format!("{{\"kind\":\"dropped\",\"pid\":{pid},\"event\":");
+            json_string(&mut line, name.as_bytes());
+            line.push_str(",\"group\":");
+            json_string(&mut line, group.as_bytes());
+            line.push_str(&format!(",\"dropped\":{n}}}\n"));
+            out.extend_from_slice(line.as_bytes());
+        }
+        return;
+    }
     if format() == Format::Chrome {
         let mut text = String::new();
+        if !drops.is_empty() {
+            // A counter track, "records dropped", one series per event, at the end.
+            let mut args = String::from("{");
+            for (i, (name, _, n)) in drops.iter().enumerate() {
+                if i > 0 {
+                    args.push(',');
+                }
+                json_string(&mut args, name.as_bytes());
+                args.push_str(&format!(":{n}"));
+            }
+            args.push('}');
+            let now = clock::to_ns(clock::now().0);
+            separate(&mut st.first, &mut text);
+            chrome_event(&mut text, 'C', "records dropped", "uprobe-run", now, None, sys::getpid(), 0, &args);
+        }
         // Calls still open: their entries, as instants.
         let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
         for (tid, stack) in open {
@@ -406,7 +434,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
             }
         }
         text.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"dropped\":{");
-        for (i, (name, n)) in drops.iter().enumerate() {
+        for (i, (name, _, n)) in drops.iter().enumerate() {
             if i > 0 {
                 text.push(',');
             }
@@ -417,7 +445,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
         out.extend_from_slice(text.as_bytes());
         return;
     }
-    for (name, n) in drops {
+    for (name, _, n) in drops {
         out.extend_from_slice(
             format!(
                 "uprobe-run: event {name}: {n} records dropped (its thread's buffer was full: see --buffer-size)\n"
