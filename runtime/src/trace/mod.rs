@@ -31,6 +31,7 @@ pub mod drain;
 pub mod events;
 pub mod fetch;
 pub mod format;
+pub mod libpath;
 pub mod list;
 pub mod names;
 #[allow(unsafe_code)]

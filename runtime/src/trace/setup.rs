@@ -25,7 +25,7 @@ use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
 use crate::trace::fetch::Fetch;
 use crate::trace::names::{demangle, glob, without_parameters};
-use crate::trace::{buffers, clock, record};
+use crate::trace::{buffers, clock, libpath, record};
 
 /// What the run asks of the stream.
 pub struct Settings {
@@ -295,6 +295,16 @@ fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<
                 let m = module.as_deref().unwrap_or("");
                 if def::is_glob(name) {
                     return Err(fail(format!("a glob over a loaded module ({m} is not loaded at start-up)")));
+                }
+                // Waiting for a module only makes sense if there is one to wait for.
+                if let Err(close) = libpath::findable(m, modules) {
+                    let close = match close.is_empty() {
+                        true => String::new(),
+                        false => format!(" (closest: {})", close.join(", ")),
+                    };
+                    return Err(fail(format!(
+                        "a library that exists, not {m:?}: no such file on the loader's search path or as given{close}"
+                    )));
                 }
                 // Armed when the module is loaded, by the name given.
                 return Ok(vec![(named(d.default_name(None)), Some(format!("{m}:{name}+{offset:#x}")), 0)]);
