@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn the_caches_paths_are_its_absolute_strings() {
         let cache =
-            b"glibc-ld.so.cache1.1\0\0\x01/lib/x86_64-linux-gnu/libc.so.6\0libc.so.6\0/usr/lib/libz.so.1\0/etc\0";
+            b"glibc-ld.so.cache1.1\0\x01\0/lib/x86_64-linux-gnu/libc.so.6\0libc.so.6\0/usr/lib/libz.so.1\0/etc\0";
         assert_eq!(cache_paths(cache), ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/libz.so.1"]);
     }
 }
