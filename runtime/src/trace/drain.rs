@@ -26,7 +26,7 @@ use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
 /// How far past a ring's head the drain thread faults pages in.
-const PREFAULT: usize = 4 << 20;
+const PREFAULT: usize = 1 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
 
@@ -139,7 +139,13 @@ fn spawn() {
         // Its probe hits (libc, through the loader's symbol lookups) run no handler.
         core::mem::forget(deferred::Inside::enter());
         loop {
-            sys::sleep_ns(PERIOD_NS);
+            // Sleeps a period, or less when a hit finds its ring past the high-water mark.
+            let seen = buffers::WAKE.load(Ordering::Acquire);
+            buffers::SLEEPING.store(true, Ordering::SeqCst);
+            if !buffers::any_past_high_water() {
+                sys::futex_wait(&buffers::WAKE, seen, Some(PERIOD_NS));
+            }
+            buffers::SLEEPING.store(false, Ordering::SeqCst);
             if !pass(false) {
                 return core::ptr::null_mut();
             }
@@ -198,6 +204,47 @@ fn pass(last: bool) -> bool {
     }
     clock::calibrate();
     let watermark = if last { u64::MAX } else { clock::to_ns(clock::now().0).saturating_sub(MARGIN_NS) };
+    collect(st, true);
+    st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
+    let ready = st.staged.partition_point(|s| s.ns <= watermark);
+    let batch: Vec<Staged> = st.staged.drain(..ready).collect();
+    let held = st.staged.len();
+    let mut out = core::mem::take(&mut st.out);
+    out.clear();
+    let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
+    st.arena.clear();
+    for (i, s) in batch.iter().enumerate() {
+        emit(st, s, &arena[s.at..s.at + s.len], &mut out);
+        // Formatting is slower than recording: a ring filling meanwhile is emptied into the
+        // new arena, staged after the records held back.
+        if i % URGENT_EVERY == URGENT_EVERY - 1 && buffers::any_past_high_water() {
+            collect(st, false);
+        }
+    }
+    // What stays staged moves to the front of the other arena.
+    for s in &mut st.staged[..held] {
+        let at = st.arena.len();
+        st.arena.extend_from_slice(&arena[s.at..s.at + s.len]);
+        s.at = at;
+    }
+    st.spare = arena;
+    if last {
+        end(st, &mut out);
+        st.done = true;
+    }
+    if !out.is_empty() {
+        write_out(&out, batch.len());
+    }
+    st.out = out;
+    !last
+}
+
+/// How many records are formatted between two looks at the rings' fill.
+const URGENT_EVERY: usize = 512;
+
+/// Takes the records out of every ring in use into the staged list and its arena; `all`:
+/// also names new owners, prefaults and recycles the rings of threads that are gone.
+fn collect(st: &mut State, all: bool) {
     let pool_base = buffers::pool().map_or(0, |p| p as *const _ as usize);
     for InUse { ring, released } in buffers::in_use() {
         let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
@@ -221,37 +268,13 @@ fn pass(last: bool) -> bool {
         if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
             st.comms.insert(key, (generation, comm_of(tid)));
         }
-        ring.prefault(PREFAULT);
-        if released {
-            ring.recycle();
+        if all {
+            ring.prefault(PREFAULT);
+            if released {
+                ring.recycle();
+            }
         }
     }
-    st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
-    let ready = st.staged.partition_point(|s| s.ns <= watermark);
-    let batch: Vec<Staged> = st.staged.drain(..ready).collect();
-    let mut out = core::mem::take(&mut st.out);
-    out.clear();
-    let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
-    st.arena.clear();
-    for s in &batch {
-        emit(st, s, &arena[s.at..s.at + s.len], &mut out);
-    }
-    // What stays staged moves to the front of the other arena.
-    for s in &mut st.staged {
-        let at = st.arena.len();
-        st.arena.extend_from_slice(&arena[s.at..s.at + s.len]);
-        s.at = at;
-    }
-    st.spare = arena;
-    if last {
-        end(st, &mut out);
-        st.done = true;
-    }
-    if !out.is_empty() {
-        write_out(&out, batch.len());
-    }
-    st.out = out;
-    !last
 }
 
 /// The name of thread `tid` of this process, as the kernel keeps it.

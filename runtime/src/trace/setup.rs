@@ -83,7 +83,7 @@ pub trait Frontend {
 /// Threads with a buffer of their own at once; more share nothing and drop their records.
 const THREADS: usize = 256;
 /// A thread's buffer when `--buffer-size` is not given.
-pub const DEFAULT_BUFFER: usize = 1 << 20;
+pub const DEFAULT_BUFFER: usize = 4 << 20;
 /// Exit status of a run refused over its definitions.
 const REFUSED: i32 = 2;
 
