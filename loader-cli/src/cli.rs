@@ -46,29 +46,32 @@ $XDG_CACHE_HOME/uprobe-run/ (default ~/.cache; /tmp/uprobe-run-UID if that canno
 
 Examples:
   # The classic example: a probe at myfunc's address (nm of a non-PIE program), each hit told
-  uprobe-run --handlers uprobe_example.so --param vaddr=0x401126 ./myprog
+  uprobe-run --handlers uprobe_example --param vaddr=0x401126 ./myprog
   # The same by name (PIE programs, libraries): --param symbol=myfunc or symbol=libc:malloc
-  uprobe-run --handlers uprobe_example.so --param symbol=myfunc ./myprog
+  uprobe-run --handlers uprobe_example --param symbol=myfunc ./myprog
   # Count hits per probe, a table at the end
-  uprobe-run --handlers libcount.so --param probes=main,myfunc,libc.so.6:printf ./myprog
+  uprobe-run --handlers count --param probes=main,myfunc,libc.so.6:printf ./myprog
   # Each call of myfunc and what it returns (a return probe)
-  uprobe-run --handlers uretprobe_example.so --param func=myfunc ./myprog
+  uprobe-run --handlers uretprobe_example --param func=myfunc ./myprog
   # An event per call, no code to write (the kernel's uprobe_events syntax)
   uprobe-run -e 'p:myfunc ./myprog:myfunc n=%di:s32' ./myprog
   # malloc calls counted per size (the 10 most common), then how long each call takes
   uprobe-run -e 'p:m libc:malloc size=%di:u64' --count --by size --top 10 ./myprog
   uprobe-run --latency libc:malloc ./myprog
   # Attach to a running process; Ctrl-C detaches
-  uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
+  uprobe-run --pid 4242 --handlers uprobe_example --param symbol=myfunc
 
-Bundled handlers (cargo build --release writes them to target/release/):
-  uprobe_example.so     the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
+Bundled handlers, named by these short names (or their file names) in --handlers: uprobe-run
+carries them and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default ~/.cache);
+a file of the name given, or one beside uprobe-run (target/release/), is preferred:
+  uprobe_example        the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
                         verbose=0 to count only
-  uretprobe_example.so  calls and return values: --param func=NAME (or an 0x address)
-  libcount.so           hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
+  uretprobe_example     calls and return values: --param func=NAME (or an 0x address)
+  count (libcount.so)   hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
 )]
 pub struct Cli {
-    /// Handler library to load (repeatable; loaded in the order given).
+    /// Handler library to load (repeatable; loaded in the order given): a path, or a bundled
+    /// library's short name (count, uprobe_example, uretprobe_example).
     #[arg(long = "handlers", value_name = "LIB.so")]
     pub handlers: Vec<PathBuf>,
 

@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod attach;
+mod bundled;
 mod check;
 mod cli;
 mod config;
@@ -154,8 +155,9 @@ fn run() -> Result<Infallible, Error> {
 
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in &handlers {
-        check::handler_library(handler)?;
-        handler_paths.push(spec_path(handler)?);
+        let handler = bundled::resolve(handler)?;
+        check::handler_library(&handler)?;
+        handler_paths.push(spec_path(&handler)?);
     }
     // `-o -`: standard output, as every Unix tool reads it (nothing is created).
     let output = match output.as_deref() {
@@ -242,8 +244,9 @@ fn attach_to(
     })?;
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in handlers {
-        check::handler_library(handler)?;
-        handler_paths.push(spec_path(handler)?);
+        let handler = bundled::resolve(handler)?;
+        check::handler_library(&handler)?;
+        handler_paths.push(spec_path(&handler)?);
     }
     let verbose = options.iter().any(|o| o == "verbose");
     let request = attach::Request {
