@@ -36,10 +36,18 @@ pub struct Output(Box<dyn Write>);
 
 /// The first error a write of the output met, and the writes it lost.
 static FAILURE: std::sync::Mutex<Option<(io::Error, u64)>> = std::sync::Mutex::new(None);
+/// The output as the user named it, for that line.
+static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 impl Output {
     /// Creates or truncates `path` (mode 0644), as a launched run does; stderr without one.
     pub fn open(path: Option<&Path>) -> Result<Output, AttachError> {
+        let name = match path {
+            None => "standard error".to_string(),
+            Some(p) if p.as_os_str() == "-" => "standard output".to_string(),
+            Some(p) => p.display().to_string(),
+        };
+        let _ = NAME.set(name);
         match path {
             None => Ok(Output(Box::new(std::io::stderr()))),
             Some(path) if path.as_os_str() == "-" => Ok(Output(Box::new(std::io::stdout()))),
