@@ -82,8 +82,9 @@ impl Output {
 pub fn output_checked(status: i32) -> i32 {
     let Some((error, writes)) = Output::failure() else { return status };
     let s = if writes == 1 { "" } else { "s" };
+    let name = NAME.get().map_or("standard error", String::as_str);
     eprintln!(
-        "uprobe-run: cannot write the output: {}: {writes} write{s} of the handlers' output lost",
+        "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
         crate::error::describe(&error)
     );
     if status == 0 {
