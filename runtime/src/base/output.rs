@@ -178,10 +178,7 @@ fn write_out(caller: usize, bytes: &[u8]) {
     let _ = match route::fd_for(caller) {
         Some(fd) => socket::send_nosignal(fd, bytes).map(drop),
         None if SOCKET.load(Ordering::Relaxed) => socket::send_nosignal(FD.load(Ordering::Relaxed), bytes).map(drop),
-        None => sys::write_all(FD.load(Ordering::Relaxed), bytes).map_err(|e| {
-            note_failure(e, Lost::Line);
-            e
-        }),
+        None => sys::write_all(FD.load(Ordering::Relaxed), bytes).inspect_err(|&e| note_failure(e, Lost::Line)),
     };
 }
 
