@@ -15,7 +15,8 @@ use std::path::PathBuf;
     override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]\n       uprobe-run [OPTIONS] -p|--pid PID",
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
-uprobe-run's. Refusals (static or setuid program, missing library, bad config) print one line
+uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout) failed, one
+line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid program, missing library, bad config) print one line
 and exit with status 2 before the program starts. The handlers' uprobe_exit and the end-of-run
 lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
 such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
@@ -25,7 +26,8 @@ With --pid, uprobe-run attaches to the running process PID instead: it loads the
 into it (if it is not there), runs the handlers' uprobe_init there and stays in the
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
-0 after a detach, 127 if a uprobe_init failed, 2 for a refusal (nothing was changed). Events,
+0 after a detach, 127 if a uprobe_init failed, 74 if the output could not all be written,
+2 for a refusal (nothing was changed). Events,
 aggregations and --list are for programs uprobe-run starts.
 
 Config file: one directive per line, `#` starts a comment line:

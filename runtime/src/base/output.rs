@@ -270,13 +270,63 @@ impl core::fmt::Write for Line {
     }
 }
 
+/// How the runtime's own lines are written: as they are; as JSON objects (`--format json`:
+/// every line of the output parses); or on stderr (`--format chrome`: the output is one JSON
+/// document a line would break).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Messages {
+    Plain = 0,
+    Json = 1,
+    Stderr = 2,
+}
+
+static MESSAGES: AtomicI32 = AtomicI32::new(Messages::Plain as i32);
+/// A duplicate of the process's stderr, for [`Messages::Stderr`].
+static STDERR: AtomicI32 = AtomicI32::new(2);
+
+/// How the runtime's own lines are written from now on (start-up).
+pub fn set_messages(how: Messages) {
+    if how == Messages::Stderr {
+        if let Ok(fd) = sys::dup_at_least(2, FD_FLOOR) {
+            STDERR.store(fd, Ordering::Relaxed);
+        }
+    }
+    MESSAGES.store(how as i32, Ordering::Relaxed);
+}
+
+/// Writes one of the runtime's own lines (`uprobe-run: ...\n`) as [`set_messages`] says
+/// (signal-safe).
+fn say(text: &[u8]) {
+    match MESSAGES.load(Ordering::Relaxed) {
+        1 => {
+            let mut line = Line::new();
+            line.push(b"{\"kind\":\"message\",\"text\":\"");
+            let body = text.strip_suffix(b"\n").unwrap_or(text);
+            // Room is kept for the closing.
+            for &b in body.iter().take(400) {
+                match b {
+                    b'"' | b'\\' => line.push(&[b'\\', b]),
+                    b if b < 0x20 => line.push(b"?"),
+                    b => line.push(&[b]),
+                }
+            }
+            line.push(b"\"}\n");
+            emit(line.as_bytes());
+        }
+        2 => {
+            let _ = sys::write_all(STDERR.load(Ordering::Relaxed), text);
+        }
+        _ => emit(text),
+    }
+}
+
 /// Writes `uprobe-run: <message>` as one line (set-up time).
 pub fn message(args: core::fmt::Arguments) {
     use core::fmt::Write;
     let mut line = Line::new();
     let _ = write!(line, "uprobe-run: {args}");
     line.push(b"\n");
-    emit(line.as_bytes());
+    say(line.as_bytes());
 }
 
 /// Writes a fixed message followed by an address in hex (signal-safe).
@@ -290,7 +340,7 @@ pub fn message_fixed(text: &[u8], addr: usize) {
     }
     line.push(&hex);
     line.push(b"\n");
-    emit(line.as_bytes());
+    say(line.as_bytes());
 }
 
 #[cfg(test)]
