@@ -16,8 +16,9 @@ use std::path::PathBuf;
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
 uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout) failed, one
-line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid program, missing library, bad config) print one line
-and exit with status 2 before the program starts. The handlers' uprobe_exit and the end-of-run
+line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid
+program, missing library, bad config) print one line and exit with status 2 before the
+program starts. The handlers' uprobe_exit and the end-of-run
 lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
 such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
 ending that cannot report.
