@@ -73,6 +73,14 @@ pub fn note_failure(errno: i32, lost: Lost) {
     };
 }
 
+/// In the child of `fork`: the parent's failed writes are the parent's to tell.
+pub fn after_fork() {
+    FAILED.store(0, Ordering::Relaxed);
+    for lost in [&LOST_RECORDS, &LOST_REPORTS, &LOST_LINES] {
+        lost.store(0, Ordering::Relaxed);
+    }
+}
+
 /// Whether a write of the output failed in this process.
 pub fn failed() -> bool {
     FAILED.load(Ordering::Acquire) != 0
