@@ -74,11 +74,12 @@ pub static WAKE: AtomicU32 = AtomicU32::new(0);
 /// Set while the drain thread sleeps between passes.
 pub static SLEEPING: AtomicBool = AtomicBool::new(false);
 
-/// Past this fill (a quarter of the ring) a hit wakes the drain thread, if it sleeps: the
-/// ring is emptied long before it is full, however fast the program records.
+/// Past this fill (half the ring) a hit wakes the drain thread, if it sleeps: the ring is
+/// emptied before it is full, however fast the program records, while a burst that fits in
+/// it does not have the drain thread running beside it.
 #[inline]
 fn high_water(size: usize) -> usize {
-    size / 4
+    size / 2
 }
 
 /// Wakes the drain thread if it sleeps (hit path: a system call only when it does, once per
@@ -362,8 +363,8 @@ pub fn in_use() -> Vec<InUse> {
 
 impl Ring {
     /// Hands every complete record between the tail and the head to `f`, then frees their
-    /// room (drain thread). Padding records are skipped.
-    pub fn drain(&self, mut f: impl FnMut(&[u8])) {
+    /// room (drain thread); returns the bytes freed. Padding records are skipped.
+    pub fn drain(&self, mut f: impl FnMut(&[u8])) -> usize {
         let size = ring_size();
         let head = self.head.0.load(Ordering::Acquire);
         let mut tail = self.tail.0.load(Ordering::Relaxed);
@@ -380,7 +381,9 @@ impl Ring {
             }
             tail += len as u64;
         }
+        let start = self.tail.0.load(Ordering::Relaxed);
         self.tail.0.store(head.max(tail), Ordering::Release);
+        (head.max(tail) - start) as usize
     }
 
     /// Faults in the pages the owner will write next, up to `ahead` bytes past its head (drain

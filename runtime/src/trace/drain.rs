@@ -25,7 +25,9 @@ use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
 
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
-/// How far past a ring's head the drain thread faults pages in.
+/// How far past a ring's head the drain thread faults pages in, at least; a ring that took
+/// more since the last look gets twice what it took (a page fault on the hit path costs a
+/// microsecond).
 const PREFAULT: usize = 1 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
@@ -242,14 +244,15 @@ fn pass(last: bool) -> bool {
 /// How many records are formatted between two looks at the rings' fill.
 const URGENT_EVERY: usize = 512;
 
-/// Takes the records out of every ring in use into the staged list and its arena; `all`:
-/// also names new owners, prefaults and recycles the rings of threads that are gone.
+/// Takes the records out of every ring in use into the staged list and its arena, and faults
+/// in the pages each owner will write next; `all`: also recycles the rings of threads that
+/// are gone.
 fn collect(st: &mut State, all: bool) {
     let pool_base = buffers::pool().map_or(0, |p| p as *const _ as usize);
     for InUse { ring, released } in buffers::in_use() {
         let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
         let key = ring as *const _ as usize - pool_base;
-        ring.drain(|rec| {
+        let freed = ring.drain(|rec| {
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
@@ -268,11 +271,9 @@ fn collect(st: &mut State, all: bool) {
         if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
             st.comms.insert(key, (generation, comm_of(tid)));
         }
-        if all {
-            ring.prefault(PREFAULT);
-            if released {
-                ring.recycle();
-            }
+        ring.prefault(PREFAULT.max(2 * freed));
+        if all && released {
+            ring.recycle();
         }
     }
 }
