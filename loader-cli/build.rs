@@ -5,6 +5,11 @@
 //! the usual one), without debug information (the binary carries it; symbols stay).
 //!
 //! `UPROBE_EMBED_RUNTIME=PATH` embeds an already built library instead.
+//!
+//! The bundled handler libraries go in too (`src/bundled.rs` writes them out when a run names
+//! one by its short name, `--handlers count`): `libcount.so`, built by the same nested build,
+//! and the classic C examples of `handlers/c`, compiled with gcc (without gcc they are left
+//! out, with a warning, and a run that names them is told so).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -20,6 +25,10 @@ fn main() {
         "runtime/contracts/Cargo.toml",
         "runtime/include",
         "runtime/Cargo.toml",
+        "handlers/count",
+        "handlers/sdk",
+        "handlers/c/uprobe_example.c",
+        "handlers/c/uretprobe_example.c",
         "Cargo.lock",
         "Cargo.toml",
     ] {
@@ -34,16 +43,41 @@ fn main() {
     let bytes = std::fs::read(&built).unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));
     std::fs::write(out.join("libuprobe.so"), &bytes).expect("write the embedded runtime");
     println!("cargo:rustc-env=UPROBE_RUNTIME_HASH={:016x}", fnv1a(&bytes));
+
+    // The bundled handlers: an empty file stands for one that could not be built.
+    let count = built.with_file_name("libcount.so");
+    let count = std::fs::read(&count).unwrap_or_default();
+    std::fs::write(out.join("libcount.so"), &count).expect("write the embedded libcount.so");
+    for name in ["uprobe_example", "uretprobe_example"] {
+        let src = root.join("handlers/c").join(format!("{name}.c"));
+        let dest = out.join(format!("{name}.so"));
+        if !compile_c(&src, &root.join("runtime/include"), &dest) {
+            println!("cargo:warning=gcc could not build {}: uprobe-run will not carry {name}.so", src.display());
+            std::fs::write(&dest, b"").expect("write an empty placeholder");
+        }
+    }
 }
 
-/// `cargo build --release -p uprobe` into `<target>/embedded-runtime`.
+/// Compiles a C handler library with gcc; false if that fails.
+fn compile_c(src: &Path, include: &Path, out: &Path) -> bool {
+    Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Wextra"])
+        .arg(format!("-I{}", include.display()))
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cargo build --release -p uprobe -p count` into `<target>/embedded-runtime`.
 fn build_runtime(root: &Path, out: &Path) -> PathBuf {
     // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
     let target = out.ancestors().nth(4).map(Path::to_path_buf).unwrap_or_else(|| out.to_path_buf());
     let target_dir = target.join("embedded-runtime");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "-p", "uprobe", "--manifest-path"])
+    cmd.args(["build", "--release", "-p", "uprobe", "-p", "count", "--manifest-path"])
         .arg(root.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(&target_dir)

@@ -15,8 +15,10 @@ use std::path::PathBuf;
     override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]\n       uprobe-run [OPTIONS] -p|--pid PID",
     after_help = "\
 The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
-uprobe-run's. Refusals (static or setuid program, missing library, bad config) print one line
-and exit with status 2 before the program starts. The handlers' uprobe_exit and the end-of-run
+uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout) failed, one
+line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid
+program, missing library, bad config) print one line and exit with status 2 before the
+program starts. The handlers' uprobe_exit and the end-of-run
 lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
 such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
 ending that cannot report.
@@ -25,7 +27,8 @@ With --pid, uprobe-run attaches to the running process PID instead: it loads the
 into it (if it is not there), runs the handlers' uprobe_init there and stays in the
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
-0 after a detach, 127 if a uprobe_init failed, 2 for a refusal (nothing was changed). Events,
+0 after a detach, 127 if a uprobe_init failed, 74 if the output could not all be written,
+2 for a refusal (nothing was changed). Events,
 aggregations and --list are for programs uprobe-run starts.
 
 Config file: one directive per line, `#` starts a comment line:
@@ -46,13 +49,13 @@ $XDG_CACHE_HOME/uprobe-run/ (default ~/.cache; /tmp/uprobe-run-UID if that canno
 
 Examples:
   # The classic example: a probe at myfunc's address (nm of a non-PIE program), each hit told
-  uprobe-run --handlers uprobe_example.so --param vaddr=0x401126 ./myprog
+  uprobe-run --handlers uprobe_example --param vaddr=0x401126 ./myprog
   # The same by name (PIE programs, libraries): --param symbol=myfunc or symbol=libc:malloc
-  uprobe-run --handlers uprobe_example.so --param symbol=myfunc ./myprog
+  uprobe-run --handlers uprobe_example --param symbol=myfunc ./myprog
   # Count hits per probe, a table at the end
-  uprobe-run --handlers libcount.so --param probes=main,myfunc,libc.so.6:printf ./myprog
+  uprobe-run --handlers count --param probes=main,myfunc,libc.so.6:printf ./myprog
   # Each call of myfunc and what it returns (a return probe)
-  uprobe-run --handlers uretprobe_example.so --param func=myfunc ./myprog
+  uprobe-run --handlers uretprobe_example --param func=myfunc ./myprog
   # An event per call, no code to write (the kernel's uprobe_events syntax)
   uprobe-run -e 'p:myfunc ./myprog:myfunc n=%di:s32' ./myprog
   # malloc calls counted per size (the 10 most common), then how long each call takes
@@ -62,16 +65,19 @@ Examples:
   uprobe-run -e 'p libc.so.6:malloc size=%di:u64 if size >= 65536' ./myprog
   uprobe-run -e 'p:m libc:malloc size=%di:u64' --filter 'm: size >= 4096' --count --by caller,size ./myprog
   # Attach to a running process; Ctrl-C detaches
-  uprobe-run --pid 4242 --handlers uprobe_example.so --param symbol=myfunc
+  uprobe-run --pid 4242 --handlers uprobe_example --param symbol=myfunc
 
-Bundled handlers (cargo build --release writes them to target/release/):
-  uprobe_example.so     the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
+Bundled handlers, named by these short names (or their file names) in --handlers: uprobe-run
+carries them and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default ~/.cache);
+a file of the name given, or one beside uprobe-run (target/release/), is preferred:
+  uprobe_example        the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
                         verbose=0 to count only
-  uretprobe_example.so  calls and return values: --param func=NAME (or an 0x address)
-  libcount.so           hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
+  uretprobe_example     calls and return values: --param func=NAME (or an 0x address)
+  count (libcount.so)   hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
 )]
 pub struct Cli {
-    /// Handler library to load (repeatable; loaded in the order given).
+    /// Handler library to load (repeatable; loaded in the order given): a path, or a bundled
+    /// library's short name (count, uprobe_example, uretprobe_example).
     #[arg(long = "handlers", value_name = "LIB.so")]
     pub handlers: Vec<PathBuf>,
 
@@ -141,7 +147,7 @@ pub struct Cli {
 
     /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
     /// drops records, counted per event and reported at the end.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
     pub buffer_size: Option<usize>,
 
     /// A hit of EVENT that passes its filter switches other events on or off, for the whole
@@ -177,7 +183,7 @@ pub struct Cli {
     pub by: Option<String>,
 
     /// With --count: keep the N largest counts.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true)]
     pub top: Option<u64>,
 
     /// A log2 histogram of an event's argument, as bpftrace's hist() (repeatable; EVENT may be
@@ -195,7 +201,7 @@ pub struct Cli {
     pub latency: Vec<String>,
 
     /// A report every SECONDS (decimals allowed), each with that interval's own numbers.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<u64>,
 
     /// With --interval: each report counts from the start of the run.
@@ -211,11 +217,11 @@ pub struct Cli {
     #[arg(short = 'V', long)]
     pub version: bool,
     /// Attach to the running process PID instead of starting a program; Ctrl-C detaches.
-    #[arg(short = 'p', long, value_name = "PID")]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = parse_pid, allow_negative_numbers = true)]
     pub pid: Option<i32>,
 
     /// With --pid: detach after SECONDS (a decimal number).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub duration: Option<f64>,
 
     /// The program to run and its arguments, passed on verbatim.
@@ -248,6 +254,22 @@ pub fn parse_seconds(text: &str) -> Result<u64, String> {
         return Err(format!("{text}: from 0.001 to 86400 seconds"));
     }
     Ok((seconds * 1e9).round() as u64)
+}
+
+/// `--top`: a whole number from 1.
+pub fn parse_top(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("a whole number of keys from 1 up, not {text:?}")),
+    }
+}
+
+/// `--pid`: a process id, a whole number from 1.
+pub fn parse_pid(text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("a process id (a whole number from 1 up), not {text:?}")),
+    }
 }
 
 /// A size in bytes: `65536`, `64K`, `1M`, `1G`.

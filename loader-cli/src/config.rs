@@ -60,6 +60,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
             "option" if SWITCHES.contains(&arg) => config.options.push(arg.to_owned()),
             "option" => return Err(fail(format!("unknown option '{arg}' (expected {})", SWITCHES.join(", ")))),
             "handlers" => config.handlers.push(base.join(arg)),
+            "output" if arg == "-" => config.output = Some(PathBuf::from("-")),
             "output" => config.output = Some(base.join(arg)),
             "param" => {
                 check_param(arg).map_err(|why| fail(format!("param '{arg}': {why}")))?;

@@ -100,6 +100,15 @@ pub enum Error {
         .0.display()
     )]
     NoEntryPoints(PathBuf),
+    #[error(
+        "{0}: this uprobe-run does not carry it (gcc was missing when it was built): give the path \
+         of a built copy"
+    )]
+    NotCarried(&'static str),
+    #[error("cannot write a bundled handler library: neither XDG_CACHE_HOME nor HOME names a directory")]
+    NoCacheDir,
+    #[error("{}: cannot write a bundled handler library there: {}", .path.display(), describe(.source))]
+    HandlerCache { path: PathBuf, source: io::Error },
     #[error("{0}")]
     Attach(#[from] AttachError),
     #[error("--pid attaches to a running process: give no PROGRAM with it (see uprobe-run --help)")]

@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod attach;
+mod bundled;
 mod check;
 mod cli;
 mod config;
@@ -177,10 +178,15 @@ fn run() -> Result<Infallible, Error> {
 
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in &handlers {
-        check::handler_library(handler)?;
-        handler_paths.push(spec_path(handler)?);
+        let handler = bundled::resolve(handler)?;
+        check::handler_library(&handler)?;
+        handler_paths.push(spec_path(&handler)?);
     }
-    let output = output.as_deref().map(spec_path).transpose()?;
+    // `-o -`: standard output, as every Unix tool reads it (nothing is created).
+    let output = match output.as_deref() {
+        Some(path) if is_stdout(path) => Some(PathBuf::from("-")),
+        other => other.map(spec_path).transpose()?,
+    };
 
     let launch = Launch {
         program: program.clone(),
@@ -196,7 +202,7 @@ fn run() -> Result<Infallible, Error> {
     let spec_len = launch.run_spec.len();
     let exec_size = launch.exec_size();
     // Last: nothing is created unless the program is about to start.
-    if let Some(output) = &output {
+    if let Some(output) = output.as_ref().filter(|o| !is_stdout(o)) {
         OpenOptions::new()
             .write(true)
             .create(true)
@@ -261,8 +267,9 @@ fn attach_to(
     })?;
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in handlers {
-        check::handler_library(handler)?;
-        handler_paths.push(spec_path(handler)?);
+        let handler = bundled::resolve(handler)?;
+        check::handler_library(&handler)?;
+        handler_paths.push(spec_path(&handler)?);
     }
     let verbose = options.iter().any(|o| o == "verbose");
     let request = attach::Request {
@@ -305,6 +312,11 @@ fn resolve_program(name: &Path) -> Result<PathBuf, Error> {
         Err(_) => Candidate::Missing,
     })
     .ok_or_else(|| Error::NotInPath(name.into()))
+}
+
+/// `-o -`.
+fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, Error> {

@@ -102,6 +102,42 @@ pub fn test_handler(name: &str) -> PathBuf {
     gcc(&format!("{name}.so"), &[&format!("handlers/{name}.c")], &["-shared", "-fPIC", "-O2", "-Wall", "-Werror"])
 }
 
+/// The signals whose default action the tests rely on: those they send or the fixtures
+/// raise, and those a shell running the suite in the background (`nohup`, `&` in a script,
+/// many CI runners) leaves ignored, or a caller blocked.
+const DEFAULT_SIGNALS: [i32; 9] = [
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGPIPE,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGCHLD,
+];
+
+/// Makes the command's process start with the default action and unblocked for each of
+/// [`DEFAULT_SIGNALS`], whatever the test process inherited: a test that sends a signal, or
+/// whose program raises one, then sees what it would see from an interactive shell.
+pub fn default_signals(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal and sigprocmask are async-signal-safe and touch no memory of the parent;
+    // the set lives on the child's stack.
+    unsafe {
+        command.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in DEFAULT_SIGNALS {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
 /// One run of a program under uprobe-run.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -144,7 +180,7 @@ pub fn run_example(prog: &Path, vaddr: u64, more: &[&str]) -> Run {
 /// Like [`run_uprobe`], with extra environment variables for uprobe-run and the program.
 pub fn run_uprobe_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let out = tempfile("out");
-    let output = Command::new(uprobe_run())
+    let output = default_signals(&mut Command::new(uprobe_run()))
         .args(int3_only().then_some("--no-optimize"))
         .arg("-o")
         .arg(&out)
@@ -160,7 +196,7 @@ pub fn run_uprobe_env(args: &[&str], env: &[(&str, &str)]) -> Run {
 
 /// Runs a program directly, without the runtime.
 pub fn run_plain(program: &Path, args: &[&str]) -> Output {
-    Command::new(program).args(args).stdin(Stdio::null()).output().expect("run program")
+    default_signals(&mut Command::new(program)).args(args).stdin(Stdio::null()).output().expect("run program")
 }
 
 fn finish(output: Output, text: String) -> Run {

@@ -90,7 +90,8 @@ impl Target {
     }
 
     fn start_with(command: &mut Command) -> Target {
-        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the target");
+        let mut child =
+            default_signals(command).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the target");
         let stdin = child.stdin.take();
         let mut out = Lines::of(child.stdout.take().unwrap(), "the target's stdout");
         let ready = out.expect("ready ");
@@ -152,6 +153,7 @@ struct Session {
 
 fn attach_command(pid: i32, args: &[&str]) -> Command {
     let mut command = Command::new(uprobe_run());
+    default_signals(&mut command);
     command.args(int3_only().then_some("--no-optimize")).arg("--pid").arg(pid.to_string()).args(args);
     command.env_remove("UPROBE_LIB");
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -63,7 +63,7 @@ fn command(args: &[&str], probed: Option<(&Path, &[&str])>, dir: &Path) -> Comma
             cmd
         }
     };
-    cmd.args(args).current_dir(dir).stdin(Stdio::null());
+    default_signals(&mut cmd).args(args).current_dir(dir).stdin(Stdio::null());
     // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent. Where the
     // hard limit forbids it, both runs keep the same lower limit: the comparison holds.
     unsafe {
@@ -285,7 +285,7 @@ fn a_signal_sent_while_the_report_runs_neither_cuts_it_nor_changes_the_ending() 
     let handler = test_handler("slow_exit");
     for (how, status) in [("_exit", 4), ("exit", 3)] {
         let out = tempfile("out");
-        let mut child = Command::new(uprobe_run())
+        let mut child = default_signals(&mut Command::new(uprobe_run()))
             .arg("-o")
             .arg(&out)
             .args(["--handlers", handler.to_str().unwrap(), prog.to_str().unwrap(), how])

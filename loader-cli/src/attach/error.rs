@@ -16,6 +16,8 @@ pub enum AttachError {
     NothingToDo { pid: i32 },
     #[error("process {0}: no such process")]
     NoSuchProcess(i32),
+    #[error("process {pid} ({name}) is a kernel thread: it runs no user-space code to probe")]
+    KernelThread { pid: i32, name: String },
     #[error("process {0} is uprobe-run itself")]
     Itself(i32),
     #[error("process {0} is a zombie (it has exited; its parent has not reaped it)")]

@@ -89,7 +89,7 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
         return Err(AttachError::Protocol { pid: target.pid, what: format!("process {peer} connected instead") });
     }
     drop(listener);
-    session::Session { target, control, out, signals, request, started, pause }.run()
+    session::Session { target, control, out, signals, request, started, pause }.run().map(session::output_checked)
 }
 
 /// System calls the C library's allocator makes while it holds an arena lock: a thread

@@ -5,7 +5,7 @@
 //! detaching took and how long the target's threads were held (the pause).
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -31,14 +31,26 @@ const RESTOP_GAP: Duration = Duration::from_millis(1);
 /// The output socket's send buffer in the target: lines wait there while uprobe-run is busy.
 const OUTPUT_BUFFER: libc::c_int = 1 << 20;
 
-/// Where the handlers' output goes: the `-o` file, or uprobe-run's stderr.
+/// Where the handlers' output goes: the `-o` file (`-`: stdout), or uprobe-run's stderr.
 pub struct Output(Box<dyn Write>);
+
+/// The first error a write of the output met, and the writes it lost.
+static FAILURE: std::sync::Mutex<Option<(io::Error, u64)>> = std::sync::Mutex::new(None);
+/// The output as the user named it, for that line.
+static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 impl Output {
     /// Creates or truncates `path` (mode 0644), as a launched run does; stderr without one.
     pub fn open(path: Option<&Path>) -> Result<Output, AttachError> {
+        let name = match path {
+            None => "standard error".to_string(),
+            Some(p) if p.as_os_str() == "-" => "standard output".to_string(),
+            Some(p) => p.display().to_string(),
+        };
+        let _ = NAME.set(name);
         match path {
             None => Ok(Output(Box::new(std::io::stderr()))),
+            Some(path) if path.as_os_str() == "-" => Ok(Output(Box::new(std::io::stdout()))),
             Some(path) => OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -50,9 +62,35 @@ impl Output {
         }
     }
 
+    /// Writes `bytes`; a failure is kept for [`Output::failure`] (the session goes on).
     fn write(&mut self, bytes: &[u8]) {
-        let _ = self.0.write_all(bytes);
-        let _ = self.0.flush();
+        if let Err(e) = self.0.write_all(bytes).and_then(|()| self.0.flush()) {
+            let mut failure = FAILURE.lock().unwrap_or_else(|p| p.into_inner());
+            failure.get_or_insert((e, 0)).1 += 1;
+        }
+    }
+
+    /// The first write error of the session's output and how many writes failed.
+    pub fn failure() -> Option<(io::Error, u64)> {
+        FAILURE.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The exit status after a session whose status was `status`: where writes of the output
+/// failed, one line on stderr says so, and a status of 0 becomes 74 (EX_IOERR), as a
+/// launched run's.
+pub fn output_checked(status: i32) -> i32 {
+    let Some((error, writes)) = Output::failure() else { return status };
+    let s = if writes == 1 { "" } else { "s" };
+    let name = NAME.get().map_or("standard error", String::as_str);
+    eprintln!(
+        "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
+        crate::error::describe(&error)
+    );
+    if status == 0 {
+        74
+    } else {
+        status
     }
 }
 

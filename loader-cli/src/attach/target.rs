@@ -105,8 +105,11 @@ fn proc_error(pid: i32, path: &Path, e: io::Error) -> AttachError {
     }
 }
 
-/// `(state, starttime)` of /proc/PID/stat.
-fn stat(pid: i32) -> Result<(char, u64), AttachError> {
+/// The kernel's flag for its own threads (`PF_KTHREAD`, in /proc/PID/stat's `flags`).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// `(state, starttime, flags)` of /proc/PID/stat.
+fn stat(pid: i32) -> Result<(char, u64, u64), AttachError> {
     let path = proc_path(pid, "stat");
     let text = fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))?;
     // The command name may hold anything, parentheses included: fields follow the last ')'.
@@ -114,7 +117,8 @@ fn stat(pid: i32) -> Result<(char, u64), AttachError> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
     let start_time = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Ok((state, start_time))
+    let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok((state, start_time, flags))
 }
 
 impl Target {
@@ -126,7 +130,11 @@ impl Target {
         if pid as u32 == std::process::id() {
             return Err(AttachError::Itself(pid));
         }
-        let (state, start_time) = stat(pid)?;
+        let (state, start_time, flags) = stat(pid)?;
+        if flags & PF_KTHREAD != 0 {
+            let name = fs::read_to_string(proc_path(pid, "comm")).map(|c| c.trim().to_owned()).unwrap_or_default();
+            return Err(AttachError::KernelThread { pid, name });
+        }
         if state == 'Z' || state == 'X' {
             return Err(AttachError::Zombie(pid));
         }
@@ -230,8 +238,10 @@ impl Target {
     pub fn changed(&self) -> Option<AttachError> {
         match stat(self.pid) {
             Err(_) => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
-            Ok((state, _)) if state == 'Z' || state == 'X' => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
-            Ok((_, start)) if start != self.start_time => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
+            Ok((state, _, _)) if state == 'Z' || state == 'X' => {
+                Some(AttachError::ExitedDuringAttach { pid: self.pid })
+            }
+            Ok((_, start, _)) if start != self.start_time => Some(AttachError::ExitedDuringAttach { pid: self.pid }),
             Ok(_) => {
                 let now = fs::read_link(proc_path(self.pid, "exe")).ok()?;
                 (now != self.exe)

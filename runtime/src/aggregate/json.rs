@@ -52,6 +52,15 @@ pub fn write(
     if plans.request.count {
         let by = plans.by.as_ref().map(|b| b.name.clone());
         for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
+            if names.skipped(i) {
+                start(out, "count");
+                event(out, i);
+                if let (Some(by), Some(_)) = (&by, &p.key) {
+                    let _ = write!(out, ",\"by\":{}", quoted(by));
+                }
+                out.push_str(",\"skipped\":true}\n");
+                continue;
+            }
             match (&by, &p.key) {
                 (Some(by), Some(_)) => {
                     let k = tables::keyed(plans, snap, events, i, names);
@@ -84,6 +93,10 @@ pub fn write(
         start(out, "hist");
         event(out, plan.event);
         let arg = plan.name.rsplit('.').next().unwrap_or("");
+        if names.skipped(plan.event) {
+            let _ = writeln!(out, ",\"arg\":{},\"skipped\":true}}", quoted(arg));
+            continue;
+        }
         let values: u64 = snap.hists[h].iter().sum();
         let _ = write!(out, ",\"arg\":{},\"count\":{values},\"faults\":{}", quoted(arg), snap.faults[h]);
         if let Scale::Linear { min, max, step } = plan.scale {
@@ -105,6 +118,10 @@ pub fn write(
         json_string(out, names.function(plan.event).as_bytes());
         out.push_str(",\"event\":");
         json_string(out, events[plan.event].name.as_bytes());
+        if names.skipped(plan.event) {
+            out.push_str(",\"skipped\":true}\n");
+            continue;
+        }
         out.push_str(if names.trapped(plan.event) { ",\"probe\":\"int3\"" } else { ",\"probe\":\"jump\"" });
         let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
         let mean = (lat.calls > 0).then(|| lat.total / lat.calls);

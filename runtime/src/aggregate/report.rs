@@ -267,8 +267,8 @@ fn report(end: bool) {
     r.next += 1;
     r.last_ns = now_ns;
     r.before = Some(now);
-    // Output that cannot be written is dropped: the program must go on.
-    let _ = sys::write_all(output::fd(), out.as_bytes());
+    // Output that cannot be written is counted as lost: the program must go on.
+    output::write_counted(out.as_bytes(), output::Lost::Report);
 }
 
 /// The return probe of timed event `event`.
@@ -365,6 +365,10 @@ impl Names for Known<'_> {
             }
             None => format!("tid {tid}"),
         }
+    }
+
+    fn skipped(&mut self, event: usize) -> bool {
+        events::all().get(event).is_some_and(|e| e.skipped.load(Ordering::Relaxed))
     }
 
     fn trapped(&mut self, event: usize) -> bool {

@@ -17,6 +17,11 @@ pub trait Names: Symbols {
     /// Whether event `event`'s probe is an `int3` (a timed call then includes the return
     /// from its trap).
     fn trapped(&mut self, event: usize) -> bool;
+    /// Whether event `event` was skipped (`--lenient`: its probe could not be placed):
+    /// reports show it as skipped, never as a count.
+    fn skipped(&mut self, _event: usize) -> bool {
+        false
+    }
 }
 
 /// An event as reports name it.

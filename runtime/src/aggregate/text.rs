@@ -43,13 +43,16 @@ pub fn write(
     }
     if plans.request.count {
         for (i, p) in plans.events.iter().enumerate() {
-            if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
+            if p.key.is_some() && names.skipped(i) {
+                let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
+                let _ = writeln!(out, "count {} by {by}: skipped\n", events[i].name);
+            } else if p.key.is_some() && tables::shown(plans, i, snap.counts[i]) {
                 keyed(out, plans, events, snap, i, names);
             }
         }
         let whole = plans.events.iter().any(|p| p.latency.is_none() && p.key.is_none());
         if whole {
-            counts(out, plans, events, snap);
+            counts(out, plans, events, snap, names);
         }
         let idle = tables::idle(plans, snap, false);
         if idle > 0 && !whole {
@@ -60,6 +63,10 @@ pub fn write(
         let values: u64 = snap.hists[h].iter().sum();
         let kind = if plan.scale == Scale::Log2 { "hist" } else { "lhist" };
         let title = tables::hist_title(&plan.name, &plan.scale);
+        if names.skipped(plan.event) {
+            let _ = writeln!(out, "{kind} {title}: skipped\n");
+            continue;
+        }
         let _ = writeln!(out, "{kind} {title}: {}", plural(values, "value", "values"));
         buckets::write(out, &plan.scale, &snap.hists[h]);
         if snap.faults[h] > 0 {
@@ -70,6 +77,10 @@ pub fn write(
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
         let lat = &snap.latencies[l];
+        if names.skipped(plan.event) {
+            let _ = writeln!(out, "latency {}: skipped\n", names.function(plan.event));
+            continue;
+        }
         if !tables::shown(plans, plan.event, lat.entered.max(lat.calls)) {
             continue;
         }
@@ -109,12 +120,19 @@ pub fn write(
     }
 }
 
-fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot) {
-    let (rows, (rest, rest_hits)) = tables::counts(plans, snap, false);
-    let width = rows.iter().map(|&(i, _)| events[i].name.len()).max().unwrap_or(0).max(5);
+fn counts(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut dyn Names) {
+    let (mut rows, (rest, rest_hits)) = tables::counts(plans, snap, false);
+    // Skipped events are named after the counted ones, never with a count.
+    let skipped: Vec<usize> = rows.iter().map(|&(i, _)| i).filter(|&i| names.skipped(i)).collect();
+    rows.retain(|(i, _)| !skipped.contains(i));
+    let width = rows.iter().map(|&(i, _)| i).chain(skipped.iter().copied()).map(|i| events[i].name.len()).max();
+    let width = width.unwrap_or(0).max(5);
     let _ = writeln!(out, "{:<width$} {:>12}", "EVENT", "COUNT");
     for (i, n) in rows {
         let _ = writeln!(out, "{:<width$} {n:>12}", events[i].name);
+    }
+    for i in skipped {
+        let _ = writeln!(out, "{:<width$} {:>12}", events[i].name, "skipped");
     }
     if rest > 0 {
         let _ = writeln!(

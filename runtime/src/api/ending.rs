@@ -8,7 +8,9 @@
 //!    the program's output;
 //! 3. every handler library's `uprobe_exit`, last loaded first;
 //! 4. the end of the event stream, and the aggregations' reports;
-//! 5. the runtime's own lines: hits that ran no handler, and `--stats`.
+//! 5. the runtime's own lines: hits that ran no handler, and `--stats`;
+//! 6. if writes of the output failed, one line on stderr saying so and what was lost
+//!    (`hazard::endings` then turns an exit status of 0 into 74, EX_IOERR).
 //!
 //! Asynchronous signals are blocked while it runs: one that arrives then neither cuts it short
 //! nor changes how the process ends (the program had already chosen). Before an `exec`, the
@@ -75,6 +77,8 @@ pub fn finish(how: Ending) {
         report::report_returns();
         output::message(format_args!("{}", stats::summary()));
     }
+    // Output that could not be written is said once, on the process's own stderr.
+    output::report_failure();
     if how == Ending::Exec {
         lifecycle::unregister_everything();
         // The exec'd program inherits the mask (and gets what arrived meanwhile, as it

@@ -173,6 +173,12 @@ fn start(spec: &Spec) {
         Some("chrome") => Format::Chrome,
         _ => Format::Text,
     };
+    // The runtime's own lines keep a machine-readable output readable.
+    match format {
+        Format::Json => output::set_messages(output::Messages::Json),
+        Format::Chrome => output::set_messages(output::Messages::Stderr),
+        Format::Text => {}
+    }
     let settings = Settings {
         events: spec.events.clone(),
         files: spec.event_files.clone(),

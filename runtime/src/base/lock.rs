@@ -31,7 +31,7 @@ impl<T> Mutex<T> {
     pub fn lock(&self) -> MutexGuard<'_, T> {
         if self.state.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
             while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
-                sys::futex_wait(&self.state, CONTENDED);
+                sys::futex_wait(&self.state, CONTENDED, None);
             }
         }
         MutexGuard { lock: self }

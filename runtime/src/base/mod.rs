@@ -17,6 +17,7 @@
 pub mod abi;
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod cfi;
 pub mod disable;
 pub mod elf;
 #[allow(unsafe_code)]

@@ -5,7 +5,8 @@
 //! buffer, so lines of different threads and processes never interleave mid-line.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::base::{route, socket, sys};
 
@@ -30,9 +31,110 @@ thread_local! {
     static PENDING: RefCell<LineBuf> = const { RefCell::new(LineBuf { bytes: [0; LINE_MAX], len: 0 }) };
 }
 
-/// Opens the output: appends to `path`, or duplicates stderr.
+/// The first error a write of the output met (an errno), 0 while none did.
+static FAILED: AtomicI32 = AtomicI32::new(0);
+/// Event records, reports and lines that were not written because the output failed.
+static LOST_RECORDS: AtomicU64 = AtomicU64::new(0);
+static LOST_REPORTS: AtomicU64 = AtomicU64::new(0);
+static LOST_LINES: AtomicU64 = AtomicU64::new(0);
+/// The output as the user named it, for the message (set up once at start-up).
+static NAME: OnceLock<String> = OnceLock::new();
+
+/// What a failed write loses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// Formatted event records, this many.
+    Records(u64),
+    /// An aggregation report.
+    Report,
+    /// A line of a handler or of the runtime.
+    Line,
+}
+
+/// Writes `bytes` to the output descriptor; a failure is remembered, with what it lost, for
+/// [`report_failure`] (signal-safe).
+pub fn write_counted(bytes: &[u8], lost: Lost) -> bool {
+    match sys::write_all(FD.load(Ordering::Relaxed), bytes) {
+        Ok(()) => true,
+        Err(e) => {
+            note_failure(e, lost);
+            false
+        }
+    }
+}
+
+/// Remembers a failed write of the output (signal-safe).
+pub fn note_failure(errno: i32, lost: Lost) {
+    let _ = FAILED.compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Relaxed);
+    match lost {
+        Lost::Records(n) => LOST_RECORDS.fetch_add(n, Ordering::Relaxed),
+        Lost::Report => LOST_REPORTS.fetch_add(1, Ordering::Relaxed),
+        Lost::Line => LOST_LINES.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// In the child of `fork`: the parent's failed writes are the parent's to tell.
+pub fn after_fork() {
+    FAILED.store(0, Ordering::Relaxed);
+    for lost in [&LOST_RECORDS, &LOST_REPORTS, &LOST_LINES] {
+        lost.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Whether a write of the output failed in this process.
+pub fn failed() -> bool {
+    FAILED.load(Ordering::Acquire) != 0
+}
+
+/// The line that says the output failed and what was lost (None while nothing failed).
+pub fn failure_line() -> Option<String> {
+    let errno = FAILED.load(Ordering::Acquire);
+    if errno == 0 {
+        return None;
+    }
+    let mut lost = Vec::new();
+    let count = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    for (n, one, many) in [
+        (LOST_RECORDS.load(Ordering::Relaxed), "event record", "event records"),
+        (LOST_REPORTS.load(Ordering::Relaxed), "report", "reports"),
+        (LOST_LINES.load(Ordering::Relaxed), "line", "lines"),
+    ] {
+        if n > 0 {
+            lost.push(count(n, one, many));
+        }
+    }
+    let name = NAME.get().map_or("standard error", String::as_str);
+    Some(format!(
+        "uprobe-run: cannot write the output ({name}): {}: lost {}\n",
+        errno_text(errno),
+        if lost.is_empty() { "nothing".to_string() } else { lost.join(", ") }
+    ))
+}
+
+/// Says once, on the process's standard error, that the output failed (end of the run).
+pub fn report_failure() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if let Some(line) = failure_line() {
+        if !SAID.swap(true, Ordering::AcqRel) {
+            let _ = sys::write_all(2, line.as_bytes());
+        }
+    }
+}
+
+/// An errno's text without Rust's ` (os error N)`.
+fn errno_text(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    let suffix = format!(" (os error {errno})");
+    text.strip_suffix(&suffix).unwrap_or(&text).to_string()
+}
+
+/// Opens the output: appends to `path` (`-`: standard output), or duplicates stderr.
 pub fn init(path: Option<&str>) -> Result<(), String> {
+    if let Some(p) = path {
+        let _ = NAME.set(if p == "-" { "standard output".to_string() } else { p.to_string() });
+    }
     let fd = match path {
+        Some("-") => sys::dup_at_least(1, 0).unwrap_or(-1),
         Some(p) => {
             let c = std::ffi::CString::new(p).map_err(|_| format!("{p}: bad path"))?;
             sys::open_append(&c).map_err(|e| format!("{p}: {}", std::io::Error::from_raw_os_error(e)))?
@@ -80,11 +182,11 @@ pub fn move_fd() {
 
 /// Writes to the descriptor routed for code at `caller`, or to the run's output.
 fn write_out(caller: usize, bytes: &[u8]) {
-    // Output that cannot be written is dropped: the program must go on.
+    // Output that cannot be written is dropped (the program must go on), and counted.
     let _ = match route::fd_for(caller) {
         Some(fd) => socket::send_nosignal(fd, bytes).map(drop),
         None if SOCKET.load(Ordering::Relaxed) => socket::send_nosignal(FD.load(Ordering::Relaxed), bytes).map(drop),
-        None => sys::write_all(FD.load(Ordering::Relaxed), bytes),
+        None => sys::write_all(FD.load(Ordering::Relaxed), bytes).inspect_err(|&e| note_failure(e, Lost::Line)),
     };
 }
 
@@ -176,13 +278,63 @@ impl core::fmt::Write for Line {
     }
 }
 
+/// How the runtime's own lines are written: as they are; as JSON objects (`--format json`:
+/// every line of the output parses); or on stderr (`--format chrome`: the output is one JSON
+/// document a line would break).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Messages {
+    Plain = 0,
+    Json = 1,
+    Stderr = 2,
+}
+
+static MESSAGES: AtomicI32 = AtomicI32::new(Messages::Plain as i32);
+/// A duplicate of the process's stderr, for [`Messages::Stderr`].
+static STDERR: AtomicI32 = AtomicI32::new(2);
+
+/// How the runtime's own lines are written from now on (start-up).
+pub fn set_messages(how: Messages) {
+    if how == Messages::Stderr {
+        if let Ok(fd) = sys::dup_at_least(2, FD_FLOOR) {
+            STDERR.store(fd, Ordering::Relaxed);
+        }
+    }
+    MESSAGES.store(how as i32, Ordering::Relaxed);
+}
+
+/// Writes one of the runtime's own lines (`uprobe-run: ...\n`) as [`set_messages`] says
+/// (signal-safe).
+fn say(text: &[u8]) {
+    match MESSAGES.load(Ordering::Relaxed) {
+        1 => {
+            let mut line = Line::new();
+            line.push(b"{\"kind\":\"message\",\"text\":\"");
+            let body = text.strip_suffix(b"\n").unwrap_or(text);
+            // Room is kept for the closing.
+            for &b in body.iter().take(400) {
+                match b {
+                    b'"' | b'\\' => line.push(&[b'\\', b]),
+                    b if b < 0x20 => line.push(b"?"),
+                    b => line.push(&[b]),
+                }
+            }
+            line.push(b"\"}\n");
+            emit(line.as_bytes());
+        }
+        2 => {
+            let _ = sys::write_all(STDERR.load(Ordering::Relaxed), text);
+        }
+        _ => emit(text),
+    }
+}
+
 /// Writes `uprobe-run: <message>` as one line (set-up time).
 pub fn message(args: core::fmt::Arguments) {
     use core::fmt::Write;
     let mut line = Line::new();
     let _ = write!(line, "uprobe-run: {args}");
     line.push(b"\n");
-    emit(line.as_bytes());
+    say(line.as_bytes());
 }
 
 /// Writes a fixed message followed by an address in hex (signal-safe).
@@ -196,7 +348,7 @@ pub fn message_fixed(text: &[u8], addr: usize) {
     }
     line.push(&hex);
     line.push(b"\n");
-    emit(line.as_bytes());
+    say(line.as_bytes());
 }
 
 #[cfg(test)]

@@ -465,11 +465,14 @@ pub fn sched_yield() {
     let _ = unsafe { call(Call::Other, libc::SYS_sched_yield, [0; 6]) };
 }
 
-/// Sleeps while `*word == expected` (or until woken, or a signal).
-pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32) {
+/// Sleeps while `*word == expected` (or until woken, or a signal; or `ns` have passed).
+pub fn futex_wait(word: &core::sync::atomic::AtomicU32, expected: u32, ns: Option<u64>) {
     let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as usize;
-    // SAFETY: the kernel only reads the aligned u32 behind a live reference.
-    let _ = unsafe { call(Call::Futex, libc::SYS_futex, [word.as_ptr() as usize, op, expected as usize, 0, 0, 0]) };
+    let ts = ns.map(|ns| libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 });
+    let timeout = ts.as_ref().map_or(0, |t| t as *const libc::timespec as usize);
+    // SAFETY: the kernel only reads the aligned u32 behind a live reference, and the timespec.
+    let _ =
+        unsafe { call(Call::Futex, libc::SYS_futex, [word.as_ptr() as usize, op, expected as usize, timeout, 0, 0]) };
 }
 
 /// Wakes up to `n` threads sleeping on `word`.

@@ -24,7 +24,7 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use crate::base::abi::PtRegs;
-use crate::base::sys;
+use crate::base::{output, sys};
 use crate::hazard::interpose::Next;
 use crate::hazard::sigset;
 use crate::probe::dispatch;
@@ -149,10 +149,30 @@ pub(crate) extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: 
 /// with the status given to `exit` when the program called it itself (0 after a return from
 /// `main`, which glibc's start code passes to `exit` directly).
 pub extern "C" fn at_exit() {
-    if !in_vfork_child() {
-        exit_hit_ahead(EXIT_STATUS.load(Ordering::Relaxed));
+    if in_vfork_child() {
+        end(Ending::Exit);
+        return;
     }
+    let status = EXIT_STATUS.load(Ordering::Relaxed);
+    exit_hit_ahead(status);
     end(Ending::Exit);
+    if output::failed() {
+        // The run lost output: the status says so. The report flushed stdio already; what
+        // is left of `exit` (later atexit handlers, destructors) is skipped.
+        // SAFETY: libc's _exit, which takes the status and does not return.
+        unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT.get())(failed_status(status)) }
+    }
+}
+
+/// The exit status of a process whose output could not all be written: EX_IOERR (74), the
+/// status of sysexits.h for an output error, unless the program chose a non-zero one.
+pub const OUTPUT_FAILED: c_int = 74;
+
+fn failed_status(status: c_int) -> c_int {
+    match status & 0xff {
+        0 if output::failed() => OUTPUT_FAILED,
+        _ => status,
+    }
 }
 
 /// The status the program gave `exit`.
@@ -190,6 +210,7 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
         exit_hit_ahead(status);
     }
     end(Ending::QuickExit);
+    let status = if in_vfork_child() { status } else { failed_status(status) };
     // SAFETY: libc's _exit, which takes the status and does not return.
     unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT.get())(status) }
 }
@@ -205,6 +226,7 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
         exit_hit_ahead(status);
     }
     end(Ending::QuickExit);
+    let status = if in_vfork_child() { status } else { failed_status(status) };
     // SAFETY: libc's _Exit, which takes the status and does not return.
     unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(EXIT_UPPER.get())(status) }
 }

@@ -10,7 +10,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use crate::base::{alloc, disable};
+use crate::base::{alloc, disable, output};
 use crate::hazard::endings;
 use crate::probe::{lifecycle, rcu, thread};
 
@@ -39,8 +39,10 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
-    // A process of its own now: its endings report (a vfork child's do not).
+    // A process of its own now: its endings report (a vfork child's do not), and say what
+    // its own output lost.
     endings::note_pid();
+    output::after_fork();
     if LOCKED.with(|l| l.replace(false)) {
         alloc::fork_unlock();
         let disarm = NO_FOLLOW.load(Ordering::Relaxed);

@@ -1,7 +1,8 @@
-//! Where a probe may go: inside a function. A raw address outside every sized function
-//! symbol (padding between functions, a literal pool, a typo) would take an `int3` that
-//! never fires, or corrupt data read as code; it is refused unless `--raw-address` allows
-//! it. A `symbol+offset` must stay inside the symbol's function, whatever the option.
+//! Where a probe may go: inside a function, known by its sized symbol or, where the library
+//! keeps none, by its FDE (`nosymbol`). A raw address outside every function (padding
+//! between functions, a literal pool, a typo) would take an `int3` that never fires, or
+//! corrupt data read as code; it is refused unless `--raw-address` allows it. A
+//! `symbol+offset` must stay inside the symbol's function, whatever the option.
 //!
 //! Normal context, under the registry lock.
 

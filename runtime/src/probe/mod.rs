@@ -33,6 +33,7 @@ pub mod error;
 pub mod extent;
 #[allow(unsafe_code)]
 pub mod lifecycle;
+pub mod nosymbol;
 #[allow(unsafe_code)]
 pub mod owners;
 #[allow(unsafe_code)]

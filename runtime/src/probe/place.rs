@@ -204,7 +204,8 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         changed_reported: AtomicBool::new(false),
     });
     let context = &*pp as *const ProbePoint as u64;
-    pp.jump = jump_for(site.function.as_ref(), addr, slots, &site.maps, context, trap_unsafe.is_some());
+    let outside = |len: usize| branch_from_outside(view, site.function.as_ref(), len);
+    pp.jump = jump_for(site.function.as_ref(), addr, slots, &site.maps, context, trap_unsafe.is_some(), outside);
     if let (Some((name, blocked)), Err(why)) = (site.trap_unsafe, &pp.jump) {
         return Err(RegisterError::TrapUnsafe { addr, function: name.into(), blocked, why: why.to_string() });
     }
@@ -225,9 +226,11 @@ pub fn assess(view: &mut View, addr: usize) -> Result<Strategy, RegisterError> {
         Some(f) if f.start != addr => Err(NoJump::NotEntry),
         Some(f) => jump::plan(&f.bytes, addr as u64, &f.padding).and_then(|plan| {
             if plan.patch_len > MAX_PATCH {
-                Err(NoJump::TooShort { len: plan.patch_len as u64 })
-            } else {
-                Ok(())
+                return Err(NoJump::TooShort { len: plan.patch_len as u64 });
+            }
+            match branch_from_outside(view, Some(f), plan.patch_len) {
+                Some((from, to)) => Err(NoJump::BranchIntoPatch { from, to }),
+                None => Ok(()),
             }
         }),
     };
@@ -240,8 +243,16 @@ pub fn assess(view: &mut View, addr: usize) -> Result<Strategy, RegisterError> {
     }
 }
 
+/// A direct branch from another function into the first `len` bytes (past the first) of
+/// `function`, where its extent comes from its FDE (`nosymbol`): `(from, to)`.
+fn branch_from_outside(view: &mut View, function: Option<&FunctionCode>, len: usize) -> Option<(u64, u64)> {
+    let f = function.filter(|f| f.from_cfi)?;
+    view.branch_from_outside(f.start, f.bytes.len(), len)
+}
+
 /// The jump a point at `addr` may take, its stub built: only at a function's entry, and only
-/// when jumps are on.
+/// when jumps are on; `outside` finds a branch from elsewhere into the patched bytes.
+#[allow(clippy::too_many_arguments)]
 fn jump_for(
     function: Option<&FunctionCode>,
     addr: usize,
@@ -249,6 +260,7 @@ fn jump_for(
     maps: &[Mapping],
     context: u64,
     required: bool,
+    outside: impl FnOnce(usize) -> Option<(u64, u64)>,
 ) -> Result<JumpPrep, NoJump> {
     if !OPTIMIZE.load(Ordering::Relaxed) && !required {
         return Err(NoJump::Disabled);
@@ -258,6 +270,9 @@ fn jump_for(
         return Err(NoJump::NotEntry);
     }
     let plan = jump::plan(&f.bytes, addr as u64, &f.padding)?;
+    if let Some((from, to)) = outside(plan.patch_len) {
+        return Err(NoJump::BranchIntoPatch { from, to });
+    }
     prepare_jump(&plan, slots, maps, context)
 }
 

@@ -14,6 +14,7 @@ use crate::base::elf::{self, ElfInfo, LoadedModule, ProbeSpec};
 use crate::base::maps::{self, Mapping};
 use crate::base::sys;
 use crate::probe::error::RegisterError;
+use crate::probe::nosymbol;
 use crate::probe::table::{ProbePoint, INT3, MAX_PATCH};
 use crate::probe::traps;
 
@@ -30,6 +31,8 @@ pub struct View {
     points: BTreeMap<usize, &'static ProbePoint>,
     /// The run-time addresses of the functions of `traps`, per libc module path.
     trap_unsafe: BTreeMap<String, BTreeMap<usize, (&'static str, &'static str)>>,
+    /// Functions without a symbol, by their FDEs (`nosymbol`).
+    pub(crate) nosym: nosymbol::Known,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
@@ -52,6 +55,8 @@ pub struct FunctionCode {
     pub bytes: Vec<u8>,
     /// The bytes between the function's end and the next symbol (at most 16).
     pub padding: Vec<u8>,
+    /// Its extent comes from its FDE: no sized symbol covers it (see `nosymbol`).
+    pub from_cfi: bool,
 }
 
 impl View {
@@ -88,6 +93,7 @@ impl View {
             main_path: None,
             points: BTreeMap::new(),
             trap_unsafe: BTreeMap::new(),
+            nosym: nosymbol::Known::new(),
         }
     }
 
@@ -173,9 +179,17 @@ impl View {
 
     /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
     pub fn symbolize(&mut self, addr: usize) -> Option<String> {
-        let (_, info, bias) = self.module_at(addr)?;
-        let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
-        Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize)))
+        let (module, info, bias) = self.module_at(addr)?;
+        match info.containing(addr.wrapping_sub(bias) as u64) {
+            Some(sym) => Some(format!("{}+{:#x}", sym.name, addr - bias.wrapping_add(sym.value as usize))),
+            // An IFUNC implementation without a symbol: by the IFUNC's name.
+            None => {
+                let (start, _) = self.fde_at(&module.path, addr.wrapping_sub(bias) as u64)?;
+                let start = bias.wrapping_add(start as usize);
+                let name = self.nosym.ifuncs.get(&start)?;
+                Some(format!("{name}+{:#x}", addr - start))
+            }
+        }
     }
 
     /// The function at `start` (in the module holding `addr`) if glibc runs it with every
@@ -216,7 +230,12 @@ impl View {
         let addr = bias.wrapping_add(sym.value as usize);
         // An IFUNC's own address is its resolver: probe the implementation the loader chose,
         // or the resolver where the loader does not say (private symbols).
-        Some(if sym.ifunc { ifunc_target(module, name).unwrap_or(addr) } else { addr })
+        if !sym.ifunc {
+            return Some(addr);
+        }
+        let Some(target) = ifunc_target(module, name) else { return Some(addr) };
+        self.nosym.ifuncs.entry(target).or_insert_with(|| name.to_string());
+        Some(target)
     }
 
     /// The run-time address a probe specification names.
@@ -246,21 +265,54 @@ impl View {
     /// The function holding `addr` (its bytes as before any probe, and the padding after
     /// it); None where no sized symbol covers the address.
     pub fn function_code(&mut self, addr: usize) -> Option<FunctionCode> {
-        let (_, info, bias) = self.module_at(addr)?;
-        let sym = info.containing(addr.wrapping_sub(bias) as u64)?;
-        let start = bias.wrapping_add(sym.value as usize);
+        let (module, info, bias) = self.module_at(addr)?;
+        let vaddr = addr.wrapping_sub(bias) as u64;
+        // A sized symbol, or else the FDE of a function the library keeps no symbol for.
+        let (value, size, name, from_cfi) = match info.containing(vaddr) {
+            Some(sym) => (sym.value, sym.size, sym.name.clone(), false),
+            None => {
+                let (lo, hi) = self.fde_at(&module.path, vaddr)?;
+                (lo, hi - lo, self.nosym.name(bias.wrapping_add(lo as usize)), true)
+            }
+        };
+        let start = bias.wrapping_add(value as usize);
         let maps = self.maps(Some(start));
-        let text = maps::find(&maps, start).filter(|m| m.exec && start + sym.size as usize <= m.end)?;
-        let end = start + sym.size as usize;
-        // The padding after the function: up to the next symbol, at most 16 bytes, same mapping.
-        let next =
-            info.next_symbol_after(sym.value + sym.size - 1).map_or(usize::MAX, |v| bias.wrapping_add(v as usize));
+        let text = maps::find(&maps, start).filter(|m| m.exec && start + size as usize <= m.end)?;
+        let end = start + size as usize;
+        // The padding after the function: up to the next symbol (or FDE), at most 16 bytes,
+        // same mapping.
+        let mut next = info.next_symbol_after(value + size - 1).map_or(usize::MAX, |v| bias.wrapping_add(v as usize));
+        if from_cfi {
+            let fde = self.next_fde_after(&module.path, value + size - 1);
+            next = next.min(fde.map_or(usize::MAX, |v| bias.wrapping_add(v as usize)));
+        }
         let padding_end = next.min(end + 16).min(text.end).max(end);
         // SAFETY: the function and its padding lie inside one executable (hence readable) mapping.
         let mut bytes = unsafe { crate::insn::patch::read_code(start, padding_end - start) };
         self.unpatch(&mut bytes, start);
-        let padding = bytes.split_off(sym.size as usize);
-        Some(FunctionCode { name: sym.name.clone(), start, bytes, padding })
+        let padding = bytes.split_off(size as usize);
+        Some(FunctionCode { name, start, bytes, padding, from_cfi })
+    }
+}
+
+/// Functions without a symbol, known by their FDE (see `nosymbol`).
+impl View {
+    /// The FDE range holding link-time address `vaddr` of the module file at `path`.
+    pub fn fde_at(&mut self, path: &str, vaddr: u64) -> Option<(u64, u64)> {
+        crate::base::cfi::containing(&self.nosym.ranges(path), vaddr)
+    }
+
+    /// The start of the first FDE range after link-time address `vaddr`.
+    fn next_fde_after(&mut self, path: &str, vaddr: u64) -> Option<u64> {
+        let ranges = self.nosym.ranges(path);
+        ranges.get(ranges.partition_point(|&(s, _)| s <= vaddr)).map(|&(s, _)| s)
+    }
+
+    /// A direct branch from another function into `start + 1 .. start + len`, where the
+    /// function `start..start + size` has no symbol: `(from, to)`.
+    pub fn branch_from_outside(&mut self, start: usize, size: usize, len: usize) -> Option<(u64, u64)> {
+        let (module, info, bias) = self.module_at(start)?;
+        self.nosym.branch_from_outside(&module.path, &info, bias, (start, size, len))
     }
 }
 

@@ -69,6 +69,38 @@ static PID: AtomicI32 = AtomicI32::new(0);
 /// Set when the stream ends (process exit): hits after it record nothing.
 static CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// Bumped by a hit that wakes the drain thread; the drain thread sleeps on it.
+pub static WAKE: AtomicU32 = AtomicU32::new(0);
+/// Set while the drain thread sleeps between passes.
+pub static SLEEPING: AtomicBool = AtomicBool::new(false);
+
+/// Past this fill (half the ring) a hit wakes the drain thread, if it sleeps: the ring is
+/// emptied before it is full, however fast the program records, while a burst that fits in
+/// it does not have the drain thread running beside it.
+#[inline]
+fn high_water(size: usize) -> usize {
+    size / 2
+}
+
+/// Wakes the drain thread if it sleeps (hit path: a system call only when it does, once per
+/// sleep).
+#[cold]
+fn wake_drain() {
+    if SLEEPING.load(Ordering::Relaxed) && SLEEPING.swap(false, Ordering::AcqRel) {
+        WAKE.fetch_add(1, Ordering::Release);
+        sys::futex_wake(&WAKE, 1);
+    }
+}
+
+/// Whether some ring in use is filled past its high-water mark (drain thread).
+pub fn any_past_high_water() -> bool {
+    let Some(pool) = pool() else { return false };
+    pool.rings.iter().any(|r| {
+        r.state.load(Ordering::Relaxed) != FREE
+            && (r.head.0.load(Ordering::Relaxed) - r.tail.0.load(Ordering::Relaxed)) as usize > high_water(pool.size)
+    })
+}
+
 /// Whether the stream has ended (hit path).
 #[inline]
 pub fn closed() -> bool {
@@ -153,6 +185,8 @@ pub struct Writer<'a> {
     /// Padding written before the record (it wrapped to the start).
     skipped: usize,
     head: u64,
+    /// The tail as the writer found it.
+    tail: u64,
 }
 
 impl Ring {
@@ -179,10 +213,10 @@ impl Ring {
         let to_end = size - at;
         let all = self.bytes(size);
         if wrap && to_end < free {
-            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, skipped: to_end, head }
+            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, skipped: to_end, head, tail }
         } else {
             let room = to_end.min(free);
-            Writer { ring: self, buf: &mut all[at..at + room], len: 0, skipped: 0, head }
+            Writer { ring: self, buf: &mut all[at..at + room], len: 0, skipped: 0, head, tail }
         }
     }
 }
@@ -284,9 +318,12 @@ impl Writer<'_> {
         }
         let head = self.head + (self.skipped + padded) as u64;
         self.ring.head.0.store(head, Ordering::Release);
+        let size = ring_size();
+        if (head - self.tail) as usize > high_water(size) {
+            wake_drain();
+        }
         // Asks for the lines a few records ahead now, for writing: the next records find
         // them in this core's cache instead of waiting for each one.
-        let size = ring_size();
         let ahead = offset(head + PREFETCH as u64, size);
         // SAFETY: prefetching has no effect on memory; the address lies in the ring.
         unsafe {
@@ -326,8 +363,8 @@ pub fn in_use() -> Vec<InUse> {
 
 impl Ring {
     /// Hands every complete record between the tail and the head to `f`, then frees their
-    /// room (drain thread). Padding records are skipped.
-    pub fn drain(&self, mut f: impl FnMut(&[u8])) {
+    /// room (drain thread); returns the bytes freed. Padding records are skipped.
+    pub fn drain(&self, mut f: impl FnMut(&[u8])) -> usize {
         let size = ring_size();
         let head = self.head.0.load(Ordering::Acquire);
         let mut tail = self.tail.0.load(Ordering::Relaxed);
@@ -344,7 +381,9 @@ impl Ring {
             }
             tail += len as u64;
         }
+        let start = self.tail.0.load(Ordering::Relaxed);
         self.tail.0.store(head.max(tail), Ordering::Release);
+        (head.max(tail) - start) as usize
     }
 
     /// Faults in the pages the owner will write next, up to `ahead` bytes past its head (drain

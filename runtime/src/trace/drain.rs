@@ -25,8 +25,10 @@ use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
 
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
-/// How far past a ring's head the drain thread faults pages in.
-const PREFAULT: usize = 4 << 20;
+/// How far past a ring's head the drain thread faults pages in, at least; a ring that took
+/// more since the last look gets twice what it took (a page fault on the hit path costs a
+/// microsecond).
+const PREFAULT: usize = 1 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
 
@@ -113,7 +115,7 @@ pub fn start(format: Format) {
         done: false,
     });
     if format == Format::Chrome {
-        write_out(b"{\"traceEvents\":[");
+        write_out(b"{\"traceEvents\":[", 0);
     }
     spawn();
 }
@@ -126,9 +128,10 @@ fn format() -> Format {
     }
 }
 
-fn write_out(bytes: &[u8]) {
-    // Output that cannot be written is dropped: the program must go on.
-    let _ = sys::write_all(output::fd(), bytes);
+/// Writes formatted output holding `records` records; what cannot be written is counted as
+/// lost (the program must go on).
+fn write_out(bytes: &[u8], records: usize) {
+    output::write_counted(bytes, output::Lost::Records(records as u64));
 }
 
 /// Starts the drain thread with every asynchronous signal blocked, so that none of the
@@ -138,7 +141,13 @@ fn spawn() {
         // Its probe hits (libc, through the loader's symbol lookups) run no handler.
         core::mem::forget(deferred::Inside::enter());
         loop {
-            sys::sleep_ns(PERIOD_NS);
+            // Sleeps a period, or less when a hit finds its ring past the high-water mark.
+            let seen = buffers::WAKE.load(Ordering::Acquire);
+            buffers::SLEEPING.store(true, Ordering::SeqCst);
+            if !buffers::any_past_high_water() {
+                sys::futex_wait(&buffers::WAKE, seen, Some(PERIOD_NS));
+            }
+            buffers::SLEEPING.store(false, Ordering::SeqCst);
             if !pass(false) {
                 return core::ptr::null_mut();
             }
@@ -197,11 +206,53 @@ fn pass(last: bool) -> bool {
     }
     clock::calibrate();
     let watermark = if last { u64::MAX } else { clock::to_ns(clock::now().0).saturating_sub(MARGIN_NS) };
+    collect(st, true);
+    st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
+    let ready = st.staged.partition_point(|s| s.ns <= watermark);
+    let batch: Vec<Staged> = st.staged.drain(..ready).collect();
+    let held = st.staged.len();
+    let mut out = core::mem::take(&mut st.out);
+    out.clear();
+    let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
+    st.arena.clear();
+    for (i, s) in batch.iter().enumerate() {
+        emit(st, s, &arena[s.at..s.at + s.len], &mut out);
+        // Formatting is slower than recording: a ring filling meanwhile is emptied into the
+        // new arena, staged after the records held back.
+        if i % URGENT_EVERY == URGENT_EVERY - 1 && buffers::any_past_high_water() {
+            collect(st, false);
+        }
+    }
+    // What stays staged moves to the front of the other arena.
+    for s in &mut st.staged[..held] {
+        let at = st.arena.len();
+        st.arena.extend_from_slice(&arena[s.at..s.at + s.len]);
+        s.at = at;
+    }
+    st.spare = arena;
+    if last {
+        end(st, &mut out);
+        st.done = true;
+    }
+    if !out.is_empty() {
+        write_out(&out, batch.len());
+    }
+    st.out = out;
+    !last
+}
+
+/// How many records are formatted between two looks at the rings' fill.
+const URGENT_EVERY: usize = 512;
+
+/// Takes the records out of every ring in use into the staged list and its arena, and faults
+/// in the pages each owner will write next; `all`: also recycles the rings of threads that
+/// are gone.
+fn collect(st: &mut State, all: bool) {
     let pool_base = buffers::pool().map_or(0, |p| p as *const _ as usize);
     for InUse { ring, released } in buffers::in_use() {
         let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
         let key = ring as *const _ as usize - pool_base;
-        ring.drain(|rec| {
+        let freed = ring.drain(|rec| {
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
@@ -220,37 +271,11 @@ fn pass(last: bool) -> bool {
         if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
             st.comms.insert(key, (generation, comm_of(tid)));
         }
-        ring.prefault(PREFAULT);
-        if released {
+        ring.prefault(PREFAULT.max(2 * freed));
+        if all && released {
             ring.recycle();
         }
     }
-    st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
-    let ready = st.staged.partition_point(|s| s.ns <= watermark);
-    let batch: Vec<Staged> = st.staged.drain(..ready).collect();
-    let mut out = core::mem::take(&mut st.out);
-    out.clear();
-    let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
-    st.arena.clear();
-    for s in &batch {
-        emit(st, s, &arena[s.at..s.at + s.len], &mut out);
-    }
-    // What stays staged moves to the front of the other arena.
-    for s in &mut st.staged {
-        let at = st.arena.len();
-        st.arena.extend_from_slice(&arena[s.at..s.at + s.len]);
-        s.at = at;
-    }
-    st.spare = arena;
-    if last {
-        end(st, &mut out);
-        st.done = true;
-    }
-    if !out.is_empty() {
-        write_out(&out);
-    }
-    st.out = out;
-    !last
 }
 
 /// The name of thread `tid` of this process, as the kernel keeps it.
@@ -387,15 +412,43 @@ fn merge(entry: &str, ret: &str) -> String {
     }
 }
 
-/// The end of the stream: Chrome's closing, the drops.
+/// The end of the stream: Chrome's closing, the drops, in the stream's own format (a
+/// reader of JSON lines or of a Chrome trace sees them as it sees records).
 fn end(st: &mut State, out: &mut Vec<u8>) {
-    let drops: Vec<(String, u64)> = events::all()
+    let drops: Vec<(String, String, u64)> = events::all()
         .iter()
-        .map(|e| (e.name.clone(), e.dropped.load(Ordering::Relaxed)))
-        .filter(|(_, n)| *n > 0)
+        .map(|e| (e.name.clone(), e.group.clone(), e.dropped.load(Ordering::Relaxed)))
+        .filter(|(_, _, n)| *n > 0)
         .collect();
+    if format() == Format::Json {
+        let pid = sys::getpid();
+        for (name, group, n) in &drops {
+            let mut line = format!("{{\"kind\":\"dropped\",\"pid\":{pid},\"event\":");
+            json_string(&mut line, name.as_bytes());
+            line.push_str(",\"group\":");
+            json_string(&mut line, group.as_bytes());
+            line.push_str(&format!(",\"dropped\":{n}}}\n"));
+            out.extend_from_slice(line.as_bytes());
+        }
+        return;
+    }
     if format() == Format::Chrome {
         let mut text = String::new();
+        if !drops.is_empty() {
+            // A counter track, "records dropped", one series per event, at the end.
+            let mut args = String::from("{");
+            for (i, (name, _, n)) in drops.iter().enumerate() {
+                if i > 0 {
+                    args.push(',');
+                }
+                json_string(&mut args, name.as_bytes());
+                args.push_str(&format!(":{n}"));
+            }
+            args.push('}');
+            let now = clock::to_ns(clock::now().0);
+            separate(&mut st.first, &mut text);
+            chrome_event(&mut text, 'C', "records dropped", "uprobe-run", now, None, sys::getpid(), 0, &args);
+        }
         // Calls still open: their entries, as instants.
         let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
         for (tid, stack) in open {
@@ -405,7 +458,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
             }
         }
         text.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"dropped\":{");
-        for (i, (name, n)) in drops.iter().enumerate() {
+        for (i, (name, _, n)) in drops.iter().enumerate() {
             if i > 0 {
                 text.push(',');
             }
@@ -416,7 +469,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
         out.extend_from_slice(text.as_bytes());
         return;
     }
-    for (name, n) in drops {
+    for (name, _, n) in drops {
         out.extend_from_slice(
             format!(
                 "uprobe-run: event {name}: {n} records dropped (its thread's buffer was full: see --buffer-size)\n"

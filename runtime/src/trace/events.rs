@@ -58,6 +58,9 @@ pub struct Event {
     pub triggers: Vec<(u32, bool)>,
     /// Its hits go through `filter::admit` (a filter, a trigger, or switched by one).
     pub gated: bool,
+    /// Its probe could not be placed and `--lenient` skipped it: reports say so instead of
+    /// counting it.
+    pub skipped: AtomicBool,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

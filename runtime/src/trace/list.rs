@@ -6,14 +6,17 @@
 //!
 //! One line a function: `MODULE:SYMBOL` (pastes into `-e`; C++ and Rust names demangled),
 //! the file offset (what tracefs takes), the size, and `jump`, `int3 (why not a jump)` or
-//! `refused (why)`.
+//! `refused (why)`. An IFUNC (`strlen`) is listed as what a probe on it gets: the
+//! implementation the loader chose in this process, `libc.so.6:strlen -> __strlen_avx2` (its
+//! address where the library keeps no symbol for it), with that code's offset, size (from
+//! its FDE) and strategy.
 //!
 //! Context: start-up (or attach), normal context.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::base::elf::{self, LoadedModule};
+use crate::base::elf::{self, LoadedModule, ProbeSpec};
 use crate::base::sys;
 use crate::probe::place::{self, Strategy};
 use crate::probe::registry;
@@ -34,7 +37,7 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
             let Some(bias) = info.bias(m.first_start, m.first_offset) else { continue };
             let file = m.path.rsplit('/').next().unwrap_or(&m.path);
             // One line per name, sorted by address; aliases share the analysis of their address.
-            let mut strategies: BTreeMap<u64, String> = BTreeMap::new();
+            let mut strategies: BTreeMap<usize, String> = BTreeMap::new();
             for s in info.symbols().iter().filter(|s| s.code && s.size > 0) {
                 let shown = demangle(&s.name).unwrap_or_else(|| s.name.clone());
                 let full = format!("{file}:{shown}");
@@ -49,9 +52,22 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
                 if !wanted {
                     continue;
                 }
-                let addr = bias.wrapping_add(s.value as usize);
+                let mut addr = bias.wrapping_add(s.value as usize);
+                let (mut full, mut size, mut vaddr) = (full, s.size, s.value);
+                if s.ifunc {
+                    // What a probe on it gets: the implementation the loader chose.
+                    let spec = ProbeSpec::Symbol { module: Some(&m.path), name: &s.name, offset: 0 };
+                    if let Some(target) = view.resolve(&spec).ok().filter(|&t| t != addr) {
+                        let code = view.function_code(target).filter(|f| f.start == target);
+                        let own = view.names_at(target).into_iter().next();
+                        full = format!("{full} -> {}", own.unwrap_or_else(|| format!("{target:#x}")));
+                        size = code.map_or(0, |f| f.bytes.len() as u64);
+                        vaddr = target.wrapping_sub(bias) as u64;
+                        addr = target;
+                    }
+                }
                 let strategy = strategies
-                    .entry(s.value)
+                    .entry(addr)
                     .or_insert_with(|| match place::assess(view, addr) {
                         Ok(Strategy::Jump) => "jump".to_string(),
                         Ok(Strategy::Int3(why)) => format!("int3 ({why})"),
@@ -59,8 +75,8 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
                         Err(e) => format!("refused ({e})"),
                     })
                     .clone();
-                let offset = info.offset_of_vaddr(s.value).map_or("-".to_string(), |o| format!("{o:#x}"));
-                let _ = writeln!(out, "{full:<48} {offset:>10} {:>7}  {strategy}", s.size);
+                let offset = info.offset_of_vaddr(vaddr).map_or("-".to_string(), |o| format!("{o:#x}"));
+                let _ = writeln!(out, "{full:<48} {offset:>10} {size:>7}  {strategy}");
                 count += 1;
                 if out.len() > 1 << 16 {
                     let _ = sys::write_all(fd, out.as_bytes());

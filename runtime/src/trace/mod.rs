@@ -34,6 +34,7 @@ pub mod events;
 #[allow(unsafe_code)]
 pub mod filter;
 pub mod format;
+pub mod libpath;
 pub mod list;
 pub mod names;
 #[allow(unsafe_code)]

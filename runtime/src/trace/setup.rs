@@ -25,7 +25,7 @@ use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
 use crate::trace::fetch::Fetch;
 use crate::trace::names::{demangle, glob, without_parameters};
-use crate::trace::{buffers, clock, filter, record};
+use crate::trace::{buffers, clock, filter, libpath, record};
 use uprobe_contracts::filter::{self as program, Program};
 
 /// What the run asks of the stream.
@@ -90,7 +90,7 @@ pub trait Frontend {
 /// Threads with a buffer of their own at once; more share nothing and drop their records.
 const THREADS: usize = 256;
 /// A thread's buffer when `--buffer-size` is not given.
-pub const DEFAULT_BUFFER: usize = 1 << 20;
+pub const DEFAULT_BUFFER: usize = 4 << 20;
 /// Exit status of a run refused over its definitions.
 const REFUSED: i32 = 2;
 
@@ -333,6 +333,16 @@ fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<
                 if def::is_glob(name) {
                     return Err(fail(format!("a glob over a loaded module ({m} is not loaded at start-up)")));
                 }
+                // Waiting for a module only makes sense if there is one to wait for.
+                if let Err(close) = libpath::findable(m, modules) {
+                    let close = match close.is_empty() {
+                        true => String::new(),
+                        false => format!(" (closest: {})", close.join(", ")),
+                    };
+                    return Err(fail(format!(
+                        "a library that exists, not {m:?}: no such file on the loader's search path or as given{close}"
+                    )));
+                }
                 // Armed when the module is loaded, by the name given.
                 return Ok(vec![(named(d.default_name(None)), Some(format!("{m}:{name}+{offset:#x}")), 0)]);
             }
@@ -450,6 +460,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         on: AtomicBool::new(true),
         triggers: Vec::new(),
         gated: s.filter.is_some(),
+        skipped: AtomicBool::new(false),
     }
 }
 
@@ -480,6 +491,10 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
         let hint = if many { " (--lenient skips the functions a glob matches that cannot be probed)" } else { "" };
         let e = DefError { at, what: format!("a place a probe can go: {e}{hint}") };
         refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+        // Still here: --lenient skipped it.
+        if let Some(ev) = events::all().get(i) {
+            ev.skipped.store(true, Ordering::Relaxed);
+        }
     }
 }
 
