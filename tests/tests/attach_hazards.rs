@@ -58,3 +58,100 @@ fn a_stopped_uprobe_run_never_holds_the_threads_of_a_handler_that_prints() {
     assert_eq!(status.code(), Some(0), "{rest:?}");
     assert!(rest.iter().any(|l| l.ends_with(" 0 wrong")), "{rest:?}");
 }
+
+fn libcount() -> std::path::PathBuf {
+    artefact("libcount.so")
+}
+
+/// The hit counts of libcount's table, by row.
+fn count_rows(lines: &[String]) -> Vec<(String, u64)> {
+    let run =
+        Run { status: Default::default(), stdout: String::new(), stderr: String::new(), output: lines.join("\n") };
+    count_table(&run)
+}
+
+#[test]
+fn libcount_attached_reads_its_table_after_its_probes_are_gone_so_aliases_agree() {
+    need_ptrace!();
+    let mut target = Target::start(&service(), &["4"]);
+    // Thirty probes at one address: the table is printed while the workers call work().
+    let aliases: Vec<&str> = (0..30).map(|i| if i % 2 == 0 { "work" } else { "work+0" }).collect();
+    let probes = format!("probes={}", aliases.join(","));
+    for round in 0..3 {
+        let session = Session::start(target.pid, &["--handlers", path(&libcount()), "--param", &probes]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let (status, lines) = session.end(libc::SIGINT);
+        assert_eq!(status.code(), Some(0), "{lines:?}");
+        let rows = count_rows(&lines);
+        assert_eq!(rows.len(), 30, "{lines:?}");
+        assert!(rows[0].1 > 0, "{rows:?}");
+        assert!(rows.iter().all(|r| r.1 == rows[0].1), "round {round}: probes at one address disagree: {rows:?}");
+    }
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|l| l.ends_with(" 0 wrong")), "{rest:?}");
+}
+
+/// A libcount probe file for every libc function entry the runtime places a probe on in
+/// process `pid` (the rest are found with the coverage handler and left out: the vDSO's,
+/// functions with no room for a jump where it must take one).
+fn libc_wide_probes(pid: i32) -> std::path::PathBuf {
+    let (names, _) = function_list("libc.so.6");
+    let coverage = test_handler("coverage");
+    let list = format!("list={}", names.display());
+    let mut session =
+        Session::start(pid, &["--handlers", path(&coverage), "--param", &list, "--param", "module=libc.so.6"]);
+    session.expect("coverage: ");
+    kill(session.child.id(), libc::SIGINT);
+    let (status, _) = session.wait();
+    assert_eq!(status.code(), Some(0), "{:?}", session.own_lines());
+    let refused: Vec<String> = session
+        .own_lines()
+        .iter()
+        .filter_map(|l| l.strip_prefix("uprobe-run: register_uprobe(libc.so.6:")?.split(')').next().map(str::to_owned))
+        .collect();
+    let specs: Vec<String> = std::fs::read_to_string(&names)
+        .unwrap()
+        .lines()
+        .filter(|n| !refused.iter().any(|r| r == n))
+        .map(|n| format!("libc.so.6:{n}"))
+        .collect();
+    assert!(specs.len() > 1500, "{} probes, refused {refused:?}", specs.len());
+    let file = tempfile("libc_specs");
+    std::fs::write(&file, specs.join("\n")).unwrap();
+    file
+}
+
+#[test]
+fn libc_wide_probes_never_trap_the_runtime_or_a_rust_handler_attached_or_launched() {
+    need_ptrace!();
+    let mut target = Target::start(&service(), &["2"]);
+    let probes = libc_wide_probes(target.pid);
+    let probes_file = format!("probes-file={}", probes.display());
+    for round in 0..2 {
+        let mut session =
+            Session::start(target.pid, &["--stats", "--handlers", path(&libcount()), "--param", &probes_file]);
+        target.send("echo attached");
+        target.out.expect("read: attached");
+        kill(session.child.id(), libc::SIGINT);
+        let (status, lines) = session.wait();
+        let own = session.own_lines();
+        assert_eq!(status.code(), Some(0), "{own:?}");
+        let rows = count_rows(&lines);
+        assert!(rows.len() > 1500 && rows.iter().any(|r| r.0 == "libc.so.6:read" && r.1 > 0), "{own:?}");
+        let run = Run { status, stdout: String::new(), stderr: String::new(), output: own.join("\n") };
+        // Before: 82,000 traps from the table's formatting in libc's memcpy, with every probe
+        // still armed, and a detach of 200 ms.
+        assert_eq!(stats(&run).traps_in_runtime, 0, "round {round}: {:?}", stats(&run));
+    }
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|l| l.ends_with(" 0 wrong")), "{rest:?}");
+
+    let prog = fixture("myprog", &["-O0", "-g", "-no-pie"]);
+    let plain = run_plain(&prog, &[]);
+    let run = run_uprobe(&["--stats", "--handlers", path(&libcount()), "--param", &probes_file, path(&prog)]);
+    assert_eq!((run.status.code(), run.stdout.as_bytes()), (plain.status.code(), plain.stdout.as_slice()));
+    assert!(count_table(&run).len() > 1500, "{}", run.output);
+    assert_eq!(stats(&run).traps_in_runtime, 0, "{:?}", stats(&run));
+}

@@ -103,6 +103,10 @@ fn entry(spec: Spec) -> Entry {
 
 fn exit() {
     let Some(entries) = ENTRIES.get() else { return };
+    // Unregistered first: on return no handler of a probe runs any more, so the counts read
+    // next are final, and probes at one address (aliases) agree. Printing with the probes
+    // still armed would also hit them (the table's formatting calls libc's memcpy).
+    entries.iter().for_each(|e| e.probe.unregister());
     let mut line = Line::new();
     let _ = spec::write_header(&mut line);
     line.emit();
@@ -117,7 +121,6 @@ fn exit() {
         let _ = spec::write_row(&mut line, &e.spec, address, hits);
         line.emit();
     }
-    entries.iter().for_each(|e| e.probe.unregister());
 }
 
 /// The exports the runtime looks up with dlsym on this library's handle.
