@@ -155,3 +155,64 @@ fn libc_wide_probes_never_trap_the_runtime_or_a_rust_handler_attached_or_launche
     assert!(count_table(&run).len() > 1500, "{}", run.output);
     assert_eq!(stats(&run).traps_in_runtime, 0, "{:?}", stats(&run));
 }
+
+/// The first 16 bytes of `symbol` of `program` as process `pid` has them now.
+fn code_bytes(pid: i32, program: &std::path::Path, symbol: &str) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let exe = std::fs::canonicalize(program).unwrap();
+    let base = maps(pid)
+        .iter()
+        .find(|l| l.ends_with(exe.to_str().unwrap()))
+        .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+        .unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    mem.seek(SeekFrom::Start(base + nm_address(program, symbol))).unwrap();
+    let mut bytes = vec![0u8; 16];
+    mem.read_exact(&mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn a_uprobe_init_that_faults_aborts_or_hangs_ends_the_session_not_the_process() {
+    need_ptrace!();
+    let handler = test_handler("init_misbehaves");
+    let service = service();
+    let mut target = Target::start(&service, &["2"]);
+    let original = code_bytes(target.pid, &service, "work");
+    let cases = [
+        ("segv", "uprobe_init() faulted: SIGSEGV at 0x0;"),
+        ("abort", "uprobe_init() faulted: SIGABRT (abort);"),
+        ("hang", "uprobe_init() did not return within 10 s;"),
+    ];
+    for (how, said) in cases {
+        let param = format!("how={how}");
+        let mut session = Session::begin(target.pid, &["--handlers", path(&handler), "--param", &param]);
+        if how == "hang" {
+            // Ctrl-C while it hangs: the session still ends, at the bound.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            kill(session.child.id(), libc::SIGINT);
+        }
+        let (status, _) = session.wait();
+        let own = session.own_lines();
+        assert_eq!(status.code(), Some(127), "{how}: {own:?}");
+        assert!(
+            own.iter().any(|l| l.starts_with("uprobe-run: ") && l.contains(said) && l.ends_with("the process runs on")),
+            "{how}: {own:?}"
+        );
+        assert!(target.alive(), "{how}: the process died");
+        assert_eq!(code_bytes(target.pid, &service, "work"), original, "{how}: work() is still patched");
+        target.send(&format!("echo after {how}"));
+        target.out.expect(&format!("read: after {how}"));
+    }
+    // A session after them works as ever.
+    let hits = test_handler("attach_hits");
+    let mut session = Session::start(target.pid, &["--handlers", path(&hits)]);
+    target.send("tick 5");
+    target.out.expect("ticked 5");
+    session.expect("work is hit");
+    let (status, lines) = session.end(libc::SIGINT);
+    assert_eq!((status.code(), lines.last().map(String::as_str)), (Some(0), Some("tick: 5 hits")), "{lines:?}");
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    assert!(rest.iter().any(|l| l.ends_with(" 0 wrong")), "{rest:?}");
+}
