@@ -77,7 +77,7 @@ fn libcount_attached_reads_its_table_after_its_probes_are_gone_so_aliases_agree(
     // Thirty probes at one address: the table is printed while the workers call work().
     let aliases: Vec<&str> = (0..30).map(|i| if i % 2 == 0 { "work" } else { "work+0" }).collect();
     let probes = format!("probes={}", aliases.join(","));
-    for round in 0..3 {
+    for round in 0..5 {
         let session = Session::start(target.pid, &["--handlers", path(&libcount()), "--param", &probes]);
         std::thread::sleep(std::time::Duration::from_millis(200));
         let (status, lines) = session.end(libc::SIGINT);

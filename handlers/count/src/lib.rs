@@ -20,7 +20,7 @@ use spec::{Spec, Target};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use uprobe_sdk::{uprobe_println, Line, Probe, PtRegs};
+use uprobe_sdk::{uprobe_println, Line, Probe, ProbeList, PtRegs};
 
 /// One probe and what is known about it. Allocated once, at init, and never freed.
 struct Entry {
@@ -32,6 +32,8 @@ struct Entry {
 }
 
 static ENTRIES: OnceLock<&'static [Entry]> = OnceLock::new();
+/// Every probe of `ENTRIES`, removed together at exit.
+static ALL: OnceLock<ProbeList> = OnceLock::new();
 
 /// Signal context: one relaxed atomic add, nothing else.
 fn on_hit(probe: &Probe<AtomicU64>, _regs: &mut PtRegs) {
@@ -85,6 +87,7 @@ fn init() -> i32 {
         e.address.store(address, Ordering::Relaxed);
     }
     // A second init (not expected) keeps the first set of probes for the table.
+    let _ = ALL.set(ProbeList::new(entries.iter().map(|e| &e.probe)));
     let _ = ENTRIES.set(entries);
     0
 }
@@ -103,10 +106,12 @@ fn entry(spec: Spec) -> Entry {
 
 fn exit() {
     let Some(entries) = ENTRIES.get() else { return };
-    // Unregistered first: on return no handler of a probe runs any more, so the counts read
-    // next are final, and probes at one address (aliases) agree. Printing with the probes
+    // Unregistered first, all at once: on return no handler of a probe runs any more, so the
+    // counts read next are final, and probes at one address (aliases) stopped together. Printing with the probes
     // still armed would also hit them (the table's formatting calls libc's memcpy).
-    entries.iter().for_each(|e| e.probe.unregister());
+    if let Some(all) = ALL.get() {
+        all.unregister();
+    }
     let mut line = Line::new();
     let _ = spec::write_header(&mut line);
     line.emit();

@@ -70,7 +70,7 @@ mod sys;
 pub use abi::{PtRegs, Uprobe, Uretprobe, UretprobeInstance};
 pub use errno::Errno;
 pub use line::Line;
-pub use probe::{OnHit, Probe};
+pub use probe::{OnHit, Probe, ProbeList};
 
 use std::ffi::CString;
 
