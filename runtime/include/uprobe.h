@@ -55,6 +55,8 @@ struct uretprobe_instance {
 
 int  register_uprobe(struct uprobe *u);
 void unregister_uprobe(struct uprobe *u);
+/* num probes at once: probes at one address stop together, one grace period for all */
+void unregister_uprobes(struct uprobe **us, int num);
 int  register_uretprobe(struct uretprobe *rp);
 void unregister_uretprobe(struct uretprobe *rp);
 

@@ -4,6 +4,8 @@
 //! Fixture programs live in `tests/fixtures`, test-only handler libraries in `tests/handlers`;
 //! both are compiled with the system `gcc` at test time into `target/fixtures`.
 
+pub mod attach;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, Once};

@@ -150,6 +150,8 @@ extern "C" {
     /// 0 on success, a negative errno otherwise.
     pub fn register_uprobe(u: *mut Uprobe) -> c_int;
     pub fn unregister_uprobe(u: *mut Uprobe);
+    /// `num` probes at once: probes at one address stop together.
+    pub fn unregister_uprobes(us: *mut *mut Uprobe, num: c_int);
     /// 0 on success, a negative errno otherwise.
     pub fn register_uretprobe(rp: *mut Uretprobe) -> c_int;
     pub fn unregister_uretprobe(rp: *mut Uretprobe);

@@ -58,13 +58,19 @@
 pub mod abi;
 mod errno;
 mod line;
+// The runtime's own `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen`, hidden: a
+// handler library built with the SDK binds the calls the compiler emits to them, not to
+// libc's, which may carry probes (libc-wide probes would otherwise trap on every copy its
+// set-up and report code makes). The program keeps calling libc's.
+#[path = "../../../runtime/src/base/memfns.rs"]
+mod memfns;
 mod probe;
 mod sys;
 
 pub use abi::{PtRegs, Uprobe, Uretprobe, UretprobeInstance};
 pub use errno::Errno;
 pub use line::Line;
-pub use probe::{OnHit, Probe};
+pub use probe::{OnHit, Probe, ProbeList};
 
 use std::ffi::CString;
 

@@ -105,6 +105,30 @@ impl<T> Probe<T> {
     }
 }
 
+/// Probes to remove together, gathered at set-up: [`ProbeList::unregister`] then allocates
+/// nothing (with every libc function probed, a `malloc` before the probes are gone would hit
+/// them), probes at one address stop in the same instant (their handlers saw the same hits),
+/// and the runtime waits one grace period for all (`unregister_uprobes`).
+pub struct ProbeList(Vec<*mut Uprobe>);
+
+// SAFETY: the pointers are only handed to the runtime, which serialises (un)registration.
+unsafe impl Send for ProbeList {}
+// SAFETY: as above; `unregister` takes `&self` and writes nothing of the list.
+unsafe impl Sync for ProbeList {}
+
+impl ProbeList {
+    pub fn new<T: 'static>(probes: impl IntoIterator<Item = &'static Probe<T>>) -> ProbeList {
+        ProbeList(probes.into_iter().map(|p| p.raw.get()).collect())
+    }
+
+    /// Removes every probe of the list at once; no handler of theirs runs once this returns.
+    pub fn unregister(&self) {
+        // SAFETY: every probe is 'static (see `new`); the runtime ignores probes it does not
+        // know, and only reads the list.
+        unsafe { crate::sys::unregister_all(&self.0) }
+    }
+}
+
 /// The C handler of every `Probe<T>`. Signal context.
 extern "C" fn trampoline<T>(u: *mut Uprobe, regs: *mut PtRegs) {
     // The runtime calls this only for probes registered through `Probe::register`, whose

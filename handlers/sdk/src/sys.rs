@@ -47,6 +47,13 @@ mod real {
         // SAFETY: forwarded from the caller.
         unsafe { abi::unregister_uprobe(u) }
     }
+
+    /// # Safety
+    /// As [`unregister`], for each.
+    pub(crate) unsafe fn unregister_all(us: &[*mut Uprobe]) {
+        // SAFETY: forwarded from the caller; `us` holds `us.len()` pointers, only read.
+        unsafe { abi::unregister_uprobes(us.as_ptr().cast_mut(), us.len() as c_int) }
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +94,10 @@ pub(crate) mod fake {
 
     pub(crate) unsafe fn unregister(u: *mut Uprobe) {
         CALLS.with(|c| c.borrow_mut().push((false, u as usize)));
+    }
+
+    pub(crate) unsafe fn unregister_all(us: &[*mut Uprobe]) {
+        CALLS.with(|c| c.borrow_mut().extend(us.iter().map(|&u| (false, u as usize))));
     }
 
     pub(crate) fn take_printed() -> Vec<String> {

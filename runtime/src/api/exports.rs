@@ -36,6 +36,22 @@ pub unsafe extern "C" fn unregister_uprobe(u: *mut Uprobe) {
     }
 }
 
+/// `void unregister_uprobes(struct uprobe **us, int num)`: the `num` probes at once (as the
+/// kernel's `unregister_kprobes`): one grace period, and probes at one address stop together.
+///
+/// # Safety
+/// `us` must point to `num` pointers, each null, unregistered, or a registered probe object.
+#[no_mangle]
+pub unsafe extern "C" fn unregister_uprobes(us: *mut *mut Uprobe, num: c_int) {
+    if us.is_null() || num <= 0 {
+        return;
+    }
+    // SAFETY: `num` readable pointers (caller).
+    let all = unsafe { core::slice::from_raw_parts(us, num as usize) };
+    let consumers: Vec<Consumer> = all.iter().filter(|u| !u.is_null()).map(|&u| Consumer::Uprobe(u)).collect();
+    deferred::unregister_all(&consumers);
+}
+
 /// `int register_uretprobe(struct uretprobe *rp)`.
 ///
 /// # Safety

@@ -173,6 +173,8 @@ fn run(channel: Channel, preloaded: bool) {
             output::set_socket(out);
         }
         params::set_session(tid, out, &spec.params);
+        output::set_waiter(tid);
+        output::take_dropped();
         hold::set_socket(channel.fd);
         world::install(tid, &hold::TRACER);
         if registry::main_is_go() {
@@ -186,6 +188,7 @@ fn run(channel: Channel, preloaded: bool) {
         }
         serve(&channel, Session::new(spec, out));
         world::remove(tid);
+        output::set_waiter(0);
         hold::set_socket(-1);
         params::clear_session();
         route::remove_fd(out);
@@ -218,6 +221,7 @@ fn serve(channel: &Channel, mut session: Session) {
         match event {
             Event::Message(Ok(ToAgent::Detach)) => {
                 let (probes, mut notes) = session.end();
+                notes.extend(dropped_note());
                 if session.spec.options.stats {
                     notes.push(crate::base::stats::summary_since(&started));
                 }
@@ -235,6 +239,9 @@ fn serve(channel: &Channel, mut session: Session) {
             Event::Exit => {
                 session.exit();
                 output::flush();
+                if let Some(note) = dropped_note() {
+                    output::message(format_args!("{note}"));
+                }
                 let _ = channel.send(&FromAgent::Exiting);
                 EXIT_DONE.store(1, Ordering::SeqCst);
                 // The process ends now; the agent leaves everything as it is.
@@ -244,6 +251,17 @@ fn serve(channel: &Channel, mut session: Session) {
             }
         }
     }
+}
+
+/// The line saying how much of the session's output was dropped, if any was.
+fn dropped_note() -> Option<String> {
+    let dropped = output::take_dropped();
+    (dropped > 0).then(|| {
+        format!(
+            "{dropped} write{} of output dropped: uprobe-run did not read them in time (stopped, or its own output not read); the process's threads never wait for it",
+            if dropped == 1 { "" } else { "s" }
+        )
+    })
 }
 
 /// Registered with `atexit` at the first attach.

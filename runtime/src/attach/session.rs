@@ -16,6 +16,7 @@ use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 
 use crate::base::spec::{Options, Spec};
 use crate::base::{maps, output, route, sys};
+use crate::hazard::guard::{self, Escape};
 use crate::probe::table::{self, Consumer};
 use crate::probe::{deferred, lifecycle, owners, place, registry};
 
@@ -25,6 +26,8 @@ type ExitFn = unsafe extern "C" fn();
 /// How long detach waits for handlers' queued registration requests before it leaves their
 /// libraries loaded instead.
 const SETTLE_NS: u64 = 1_000_000_000;
+/// How long a library's `uprobe_init` may run in a session.
+pub const INIT_TIMEOUT_NS: u64 = 10_000_000_000;
 
 struct Loaded {
     path: String,
@@ -106,9 +109,30 @@ impl Session {
             // Everything it registers is placed in one batch when it returns.
             // SAFETY: the library's documented entry point.
             let what: &'static str = Box::leak(format!("{path}: uprobe_init()").into_boxed_str());
-            let rc = deferred::batch(|| deferred::entry_point(what, || unsafe { init() }));
-            if rc != 0 {
-                return Err(format!("{path}: uprobe_init() failed, returned {rc}"));
+            // Guarded: a fault, an abort or a hang there ends the session, not the process.
+            let rc = deferred::batch(|| deferred::entry_point(what, || guard::run(init, INIT_TIMEOUT_NS)));
+            match rc {
+                Ok(0) => {}
+                Ok(rc) => return Err(format!("{path}: uprobe_init() failed, returned {rc}")),
+                Err(Escape::Signal { sig, addr }) => {
+                    let name = match sig {
+                        libc::SIGSEGV => "SIGSEGV",
+                        libc::SIGBUS => "SIGBUS",
+                        libc::SIGILL => "SIGILL",
+                        libc::SIGFPE => "SIGFPE",
+                        _ => "SIGABRT (abort)",
+                    };
+                    let at = if sig == libc::SIGABRT { String::new() } else { format!(" at {addr:#x}") };
+                    return Err(format!(
+                        "{path}: uprobe_init() faulted: {name}{at}; the session ends, its probes removed, the process runs on"
+                    ));
+                }
+                Err(Escape::Timeout) => {
+                    return Err(format!(
+                        "{path}: uprobe_init() did not return within {} s; the session ends, its probes removed, the process runs on",
+                        INIT_TIMEOUT_NS / 1_000_000_000
+                    ));
+                }
             }
         }
         if let Some(last) = self.libraries.last_mut() {

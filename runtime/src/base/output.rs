@@ -184,10 +184,49 @@ pub fn move_fd() {
 fn write_out(caller: usize, bytes: &[u8]) {
     // Output that cannot be written is dropped (the program must go on), and counted.
     let _ = match route::fd_for(caller) {
-        Some(fd) => socket::send_nosignal(fd, bytes).map(drop),
-        None if SOCKET.load(Ordering::Relaxed) => socket::send_nosignal(FD.load(Ordering::Relaxed), bytes).map(drop),
+        Some(fd) => send(fd, bytes),
+        None if SOCKET.load(Ordering::Relaxed) => send(FD.load(Ordering::Relaxed), bytes),
         None => sys::write_all(FD.load(Ordering::Relaxed), bytes).inspect_err(|&e| note_failure(e, Lost::Line)),
     };
+}
+
+/// The thread that may wait for room on a session socket (the agent), or 0.
+static WAITER: AtomicI32 = AtomicI32::new(0);
+/// Messages dropped because a session socket was full (see [`send`]).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Lets thread `tid` (the agent: its lines are the session's own, and it runs no program
+/// code) wait for room on a full session socket; 0: nobody.
+pub fn set_waiter(tid: i32) {
+    WAITER.store(tid, Ordering::Relaxed);
+}
+
+/// How many messages were dropped since the last call, and starts counting again.
+pub fn take_dropped() -> u64 {
+    DROPPED.swap(0, Ordering::Relaxed)
+}
+
+/// Sends one message on a session socket. A program thread never waits: `uprobe-run` may be
+/// stopped (Ctrl-Z) or its output not read, and a handler printing on every hit would then
+/// hold every probed thread. When the socket's buffer (1 MiB, set by `uprobe-run`) is full
+/// the message is dropped and counted (signal-safe).
+fn send(fd: i32, bytes: &[u8]) -> Result<(), sys::Errno> {
+    loop {
+        match socket::send_nowait(fd, bytes) {
+            Err(libc::EAGAIN) if sys::gettid() == WAITER.load(Ordering::Relaxed) => {
+                let mut fds = [libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }];
+                match socket::poll(&mut fds, -1) {
+                    Ok(_) | Err(libc::EINTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(libc::EAGAIN) => {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+                return Err(libc::EAGAIN);
+            }
+            other => return other.map(drop),
+        }
+    }
 }
 
 /// Appends `bytes` to this thread's line and writes every completed line (signal-safe).

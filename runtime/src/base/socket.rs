@@ -42,6 +42,20 @@ pub fn send_nosignal(fd: i32, buf: &[u8]) -> Result<usize, Errno> {
     }
 }
 
+/// Sends `buf` as one message without waiting for room (EAGAIN when the peer's side is full)
+/// and without SIGPIPE (signal-safe).
+pub fn send_nowait(fd: i32, buf: &[u8]) -> Result<usize, Errno> {
+    let flags = (libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as usize;
+    loop {
+        let args = [fd as usize, buf.as_ptr() as usize, buf.len(), flags, 0, 0];
+        // SAFETY: `buf` is readable for its length; no address is passed.
+        match unsafe { call(Call::Write, libc::SYS_sendto, args) } {
+            Err(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
 /// Receives one message into `buf`, and the descriptor it carries (SCM_RIGHTS), if any, made
 /// close-on-exec. Ok(0): the peer closed the socket.
 pub fn recv_with_fd(fd: i32, buf: &mut [u8]) -> Result<(usize, Option<i32>), Errno> {

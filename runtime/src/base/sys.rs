@@ -55,7 +55,7 @@ unsafe fn raw(nr: libc::c_long, args: [usize; 6]) -> isize {
 ///
 /// # Safety
 /// As [`raw`].
-pub(super) unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
+pub unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
     stats::count_syscall(kind);
     // SAFETY: the caller's promise, passed on.
     let ret = unsafe { raw(nr, args) };

@@ -4,7 +4,8 @@
 //! - [`sigtrap`]: the SIGTRAP entry point (probe hits go to `probe::dispatch`, the program's
 //!   own traps to what it installed);
 //! - [`signals`], [`masks`], [`sigset`], [`faults`]: the program's signal actions and masks
-//!   (interposed), and a handler that faults;
+//!   (interposed), and a handler that faults; [`guard`]: an attach session's `uprobe_init`,
+//!   ended instead of the process when it faults, aborts or runs too long;
 //! - [`endings`]: every way the process ends (exit, `_exit`, exec, fatal signals), each
 //!   running the end-of-run report; [`exec`]: the exec family, interposed;
 //! - [`fork`]: the runtime's locks and counters across `fork`, and `--no-follow-fork`;
@@ -32,6 +33,8 @@ pub mod faults;
 pub mod fds;
 #[allow(unsafe_code)]
 pub mod fork;
+#[allow(unsafe_code)]
+pub mod guard;
 #[allow(unsafe_code)]
 pub mod interpose;
 #[allow(unsafe_code)]

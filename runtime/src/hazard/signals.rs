@@ -28,6 +28,7 @@ use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use crate::base::{output, usercopy};
 use crate::hazard::endings::{self, Ending};
 use crate::hazard::faults;
+use crate::hazard::guard;
 use crate::hazard::masks;
 use crate::hazard::sigset::{self, bit, bits, real_sigaction, set_of, TRAP_BIT};
 
@@ -214,6 +215,10 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     // A guarded read through a bad pointer: the copy resumes at its fixup and reports it.
     if let Some(to) = usercopy::fixup(gregs[libc::REG_RIP as usize] as usize) {
         gregs[libc::REG_RIP as usize] = to as i64;
+        return;
+    }
+    // A handler library's uprobe_init in an attach session: it ends, the process does not.
+    if guard::escape(sig, code, fault_addr, gregs) {
         return;
     }
     if faults::report_if_ours(sig, fault_addr) {

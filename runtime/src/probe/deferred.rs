@@ -114,6 +114,20 @@ pub fn request(request: Request) -> c_int {
     carry_out(request)
 }
 
+/// Removes several probe objects at once (`unregister_uprobes`): every probe at one address
+/// leaves in the same instant, so their handlers saw the same hits. From a handler, each is
+/// queued as [`request`] queues one.
+pub fn unregister_all(consumers: &[Consumer]) {
+    if thread::in_handler() {
+        for &c in consumers {
+            let _ = queue(Request::Unregister(c));
+        }
+        return;
+    }
+    let _inside = Inside::enter();
+    registry::unregister_all(consumers);
+}
+
 fn queue(request: Request) -> c_int {
     let t = thread::current();
     let i = t.queued.get();
