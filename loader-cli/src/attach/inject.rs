@@ -22,6 +22,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::attach::error::AttachError;
+use crate::attach::net;
 use crate::attach::ptrace::{self, Event, Regs};
 use crate::attach::stop::RESTART_CODES;
 
@@ -73,6 +74,8 @@ pub struct Hijacked {
     restorer: u64,
     /// Ctrl-C, SIGTERM, SIGHUP: readable when one came (it is left there to read).
     signals: i32,
+    /// SIGCHLD: readable when the thread changed state (its stops wake uprobe-run at once).
+    child: OwnedFd,
     /// Let go already.
     released: bool,
 }
@@ -163,9 +166,12 @@ impl Hijacked {
     /// pending delivery), for calls: writes its signal frame below its stack. `restorer`:
     /// `__restore_rt` of its C library; `signals`: interrupts the calls when readable.
     pub fn new(pid: i32, tid: i32, saved: Regs, restorer: u64, signals: &OwnedFd) -> Result<Hijacked, AttachError> {
+        let ptrace_error = |request, source| AttachError::Ptrace { pid, tid, request, source };
+        let child = net::signalfd(&[libc::SIGCHLD]).map_err(|e| ptrace_error("signalfd(SIGCHLD)", e))?;
         let mut thread = Hijacked {
             pid,
             tid,
+            child,
             saved,
             frame: Vec::new(),
             frame_at: 0,
@@ -174,7 +180,6 @@ impl Hijacked {
             signals: signals.as_raw_fd(),
             released: false,
         };
-        let ptrace_error = |request, source| AttachError::Ptrace { pid, tid, request, source };
         let (area, xsave) = fp_area(tid).map_err(|e| ptrace_error("PTRACE_GETREGSET (FPU state)", e))?;
         let mask = ptrace::get_sigmask(tid).map_err(|e| ptrace_error("PTRACE_GETSIGMASK", e))?;
         let top = saved.rsp - 128 - STACK_GAP;
@@ -202,7 +207,7 @@ impl Hijacked {
     /// Whether Ctrl-C (SIGTERM, SIGHUP) came; the caller stops at the next step where
     /// stopping leaves nothing behind.
     pub fn interrupted(&self) -> bool {
-        crate::attach::net::ready(self.signals)
+        net::ready(self.signals)
     }
 
     /// Calls `function(args...)` (at most 6 arguments) in the thread and waits until it
@@ -281,7 +286,10 @@ impl Hijacked {
                         eprintln!("uprobe-run: waiting for {name} in thread {tid} of process {pid} to return");
                         noticed = true;
                     }
-                    std::thread::sleep(Duration::from_micros(50));
+                    let woken = net::poll(&[self.child.as_raw_fd(), self.signals], Some(Duration::from_millis(50)));
+                    if woken.is_ok_and(|w| w[0]) {
+                        let _ = net::read_signal(&self.child);
+                    }
                     continue;
                 }
                 Some(Event::Syscall) => {

@@ -192,7 +192,11 @@ impl Target {
 
     pub fn maps(&self) -> Result<Vec<Mapping>, AttachError> {
         let path = proc_path(self.pid, "maps");
-        let text = fs::read_to_string(&path).map_err(|e| proc_error(self.pid, &path, e))?;
+        // Gone now: it was there when checked, so it exited since.
+        let text = fs::read_to_string(&path).map_err(|e| match proc_error(self.pid, &path, e) {
+            AttachError::NoSuchProcess(pid) => AttachError::ExitedDuringAttach { pid },
+            other => other,
+        })?;
         Ok(parse_maps(&text))
     }
 
