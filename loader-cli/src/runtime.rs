@@ -3,7 +3,6 @@
 //! (`build.rs`), written once to a private cache file, since LD_PRELOAD needs a path that
 //! the program, and the programs it execs, can open.
 
-use std::borrow::Cow;
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -59,7 +58,7 @@ fn given() -> Result<Option<(PathBuf, Origin)>, Error> {
 /// The runtime a running process is to load (attach): its name for messages, and its bytes,
 /// which go to the process in a memory file of its own (see `attach::load`), never through
 /// a path another user could have made or could change.
-pub fn for_attach() -> Result<(PathBuf, Cow<'static, [u8]>), Error> {
+pub fn for_attach() -> Result<(PathBuf, Vec<u8>), Error> {
     match given()? {
         Some((path, _)) => {
             crate::check::library(&path).map_err(|e| match e {
@@ -67,9 +66,10 @@ pub fn for_attach() -> Result<(PathBuf, Cow<'static, [u8]>), Error> {
                 other => other,
             })?;
             let bytes = fs::read(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
-            Ok((path, Cow::Owned(bytes)))
+            Ok((path, bytes))
         }
-        None => Ok((PathBuf::from("libuprobe.so (carried inside uprobe-run)"), Cow::Borrowed(EMBEDDED))),
+        // Copied: the ELF reader wants its data aligned as a heap block is, not as a static.
+        None => Ok((PathBuf::from("libuprobe.so (carried inside uprobe-run)"), EMBEDDED.to_vec())),
     }
 }
 

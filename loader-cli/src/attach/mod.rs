@@ -48,7 +48,7 @@ pub struct Request {
     /// The runtime's name, for messages (a path, or where it is carried).
     pub runtime: PathBuf,
     /// The runtime's bytes (see `load`).
-    pub runtime_bytes: Cow<'static, [u8]>,
+    pub runtime_bytes: Vec<u8>,
     /// Absolute paths.
     pub handlers: Vec<PathBuf>,
     pub params: Vec<String>,
@@ -166,7 +166,11 @@ fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<O
 /// uprobe-run can read them: the file itself; a memory file an attach loaded it from,
 /// through `/proc/PID/map_files` (which needs privilege) or, when what the process maps
 /// of it is the runtime uprobe-run carries, that one.
-fn loaded_runtime(target: &Target, first: &Mapping, ours: &[u8]) -> Result<(PathBuf, Cow<'static, [u8]>), AttachError> {
+fn loaded_runtime<'a>(
+    target: &Target,
+    first: &Mapping,
+    ours: &'a [u8],
+) -> Result<(PathBuf, Cow<'a, [u8]>), AttachError> {
     if first.path != format!("{} (deleted)", target::MEMFD_PREFIX) {
         let file = target.file(&first.path);
         let bytes = std::fs::read(&file)
@@ -180,7 +184,7 @@ fn loaded_runtime(target: &Target, first: &Mapping, ours: &[u8]) -> Result<(Path
     let len = (first.end - first.start) as usize;
     let mapped = ptrace::read_memory(target.pid, first.start, len).unwrap_or_default();
     if mapped.len() == len && ours.len() >= len && ours[..len] == mapped[..] {
-        return Ok((PathBuf::from(&first.path), Cow::Owned(ours.to_vec())));
+        return Ok((PathBuf::from(&first.path), Cow::Borrowed(ours)));
     }
     Err(AttachError::LoadFailed {
         pid: target.pid,
@@ -228,7 +232,7 @@ fn start_agent(
     // used as it is; its entry point comes from its own file.
     let (entry_file, entry_bytes) = match loaded {
         Some(_) => loaded_runtime(target, &first, &request.runtime_bytes)?,
-        None => (request.runtime.clone(), request.runtime_bytes.clone()),
+        None => (request.runtime.clone(), Cow::Borrowed(&request.runtime_bytes[..])),
     };
     let no_entry = || AttachError::NoEntry { path: entry_file.clone(), symbol: ENTRY };
     let (value, base) = symbols::lookup_in(&entry_bytes, &entry_file, ENTRY)?.ok_or_else(no_entry)?;
