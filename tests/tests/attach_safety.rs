@@ -378,8 +378,8 @@ fn another_process_can_neither_deny_nor_join_the_session() {
     let target = Target { child, out, pid };
 
     // The names a session used to listen on, `uprobe-run/<its pid>/<target pid>`, bound first
-    // for the next pids; and every `uprobe-run` socket connected to, as long as the session
-    // lasts.
+    // for the next pids; and every `uprobe-run` socket for this target connected to, as long
+    // as the session lasts.
     let next: i32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid").unwrap().trim().parse().unwrap();
     let mut squatted = Vec::new();
     let mut names = Vec::new();
@@ -401,7 +401,9 @@ fn another_process_can_neither_deny_nor_join_the_session() {
         std::thread::spawn(move || {
             let mut tried = 0usize;
             while !stop.load(Ordering::Relaxed) {
-                for name in abstract_names("@uprobe-run").into_iter().filter(|n| !names.contains(n)) {
+                // Only those of sessions on this target: other tests on this machine attach too.
+                let ours = |n: &String| n.ends_with(&format!("/{pid}")) && !names.contains(n);
+                for name in abstract_names("@uprobe-run").into_iter().filter(ours) {
                     let fd = unix_socket(libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK);
                     let (addr, len) = abstract_addr(&name[1..]);
                     // SAFETY: as above; the socket is closed right after.

@@ -153,6 +153,11 @@ fn fp_area(tid: i32) -> std::io::Result<(Vec<u8>, bool)> {
             let mut area = ptrace::get_xstate(tid)?;
             area.resize(xstate_size, 0);
             area[464..512].copy_from_slice(&sw);
+            // The header names only components the frame holds (a component the process
+            // enabled beyond those, AMX tiles, is then reset, not read past the area).
+            let features = u64::from_ne_bytes(sw[8..16].try_into().unwrap());
+            let present = u64::from_ne_bytes(area[512..520].try_into().unwrap()) & features;
+            area[512..520].copy_from_slice(&present.to_ne_bytes());
             area.extend_from_slice(&FP_XSTATE_MAGIC2.to_ne_bytes());
             area.resize(extended.max(area.len()), 0);
             Ok((area, true))

@@ -299,5 +299,8 @@ mod tests {
         assert_eq!(fit(held(0x40_0000, None)), Some(3));
         assert_eq!(fit(held(0x8010, None)), None);
         assert_eq!(fit(held(0x1010, None)), None);
+        let mut signalled = held(0x40_0000, None);
+        signalled.signal = libc::SIGUSR1;
+        assert_eq!(fit(signalled), None, "on its way to a signal");
     }
 }
