@@ -61,6 +61,11 @@ pub enum AttachError {
          to finish it, and then goes on as before"
     )]
     CallTimeout { pid: i32, tid: i32, call: &'static str, secs: u64 },
+    #[error(
+        "process {pid}: thread {tid} runs with a shadow stack (x86 CET), which the calls the attach makes \
+         in it would break; not attached"
+    )]
+    ShadowStack { pid: i32, tid: i32 },
     #[error("process {pid}: interrupted during the attach; the process runs on as before")]
     Interrupted { pid: i32 },
     #[error("process {pid}: {call} in thread {tid} was ended by {signal}")]

@@ -80,7 +80,9 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
     let mut pause = session::Pause::default();
-    let control = start_agent(&target, &request, &signals, &pidfd, &mut pause)?;
+    // Whatever failed, a process that exited or exec'd meanwhile is the cause to name.
+    let control =
+        start_agent(&target, &request, &signals, &pidfd, &mut pause).map_err(|e| target.changed().unwrap_or(e))?;
     session::Session { target, control, out, signals, request, started, pause }.run()
 }
 
@@ -224,6 +226,10 @@ fn start_agent(
     let restorer = restorer(target, &libc)?;
     let loaded = target.runtime(&maps).cloned();
     let mut thread = pick_thread(target, restorer, signals, pause)?;
+    // A call's return would not match its shadow stack: the process would be killed.
+    if target.shadow_stack(thread.tid) {
+        return Err(AttachError::ShadowStack { pid, tid: thread.tid });
+    }
     let first = match &loaded {
         Some(first) => first.clone(),
         None => load::runtime(target, &mut thread, &libc, pidfd, &request.runtime, &request.runtime_bytes)?,

@@ -140,7 +140,8 @@ impl Session {
         if !hello[0] {
             return Err(self.target.changed().unwrap_or(AttachError::NoAgent { pid, secs: HELLO_TIMEOUT.as_secs() }));
         }
-        let Some(FromAgent::Hello { tid: agent, .. }) = self.recv()? else {
+        let hello = self.recv().map_err(|e| self.target.changed().unwrap_or(e))?;
+        let Some(FromAgent::Hello { tid: agent, .. }) = hello else {
             return Err(self.target.changed().unwrap_or_else(|| self.protocol("no hello")));
         };
         // The agent knows itself by its id in the process's PID namespace.

@@ -185,7 +185,10 @@ impl Target {
             return Err(not_glibc(format!("it uses musl ({})", m.path)));
         }
         if self.libc(&maps).is_none() {
-            return Err(not_glibc("no libc.so.6 is mapped in it".into()));
+            // An exiting process has its mappings gone already.
+            let exiting = maps.is_empty().then_some(AttachError::ExitedDuringAttach { pid: self.pid });
+            let cause = self.changed().or(exiting);
+            return Err(cause.unwrap_or_else(|| not_glibc("no libc.so.6 is mapped in it".into())));
         }
         Ok(())
     }
@@ -254,6 +257,12 @@ impl Target {
         tids
     }
 
+    /// Whether thread `tid` runs with a user shadow stack (`x86_Thread_features: shstk`).
+    pub fn shadow_stack(&self, tid: i32) -> bool {
+        let status = fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/status"))).unwrap_or_default();
+        has_shadow_stack(&status)
+    }
+
     /// The name (`comm`) of thread `tid`.
     pub fn comm(&self, tid: i32) -> Option<String> {
         fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/comm"))).ok().map(|c| c.trim().to_owned())
@@ -280,9 +289,22 @@ impl Target {
     }
 }
 
+/// Whether a status file says `x86_Thread_features: ... shstk ...` (Linux 6.6 and later).
+fn has_shadow_stack(status: &str) -> bool {
+    let features = status.lines().find_map(|l| l.strip_prefix("x86_Thread_features:"));
+    features.is_some_and(|f| f.split_whitespace().any(|w| w == "shstk"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_with_a_shadow_stack_is_seen() {
+        assert!(has_shadow_stack("Name:\tx\nx86_Thread_features:\tshstk wrss\nx86_Thread_features_locked:\tshstk\n"));
+        assert!(!has_shadow_stack("Name:\tx\nx86_Thread_features:\t\nx86_Thread_features_locked:\tshstk\n"));
+        assert!(!has_shadow_stack("Name:\tx\n"));
+    }
 
     #[test]
     fn maps_lines_parse() {
