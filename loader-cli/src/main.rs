@@ -260,11 +260,7 @@ fn attach_to(
             return Err(Error::NotWithPid(flag));
         }
     }
-    let (runtime, _) = runtime::locate_for(Some(pid))?;
-    check::library(&runtime).map_err(|e| match e {
-        Error::NoSuchFile(path) => Error::NoRuntime(path),
-        other => other,
-    })?;
+    let (runtime, runtime_bytes) = runtime::for_attach()?;
     let mut handler_paths = Vec::with_capacity(handlers.len());
     for handler in handlers {
         let handler = bundled::resolve(handler)?;
@@ -274,7 +270,8 @@ fn attach_to(
     let verbose = options.iter().any(|o| o == "verbose");
     let request = attach::Request {
         pid,
-        runtime: absolute(&runtime)?,
+        runtime,
+        runtime_bytes,
         handlers: handler_paths,
         params,
         output,

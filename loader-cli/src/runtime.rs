@@ -39,35 +39,47 @@ impl Origin {
 
 /// The runtime library to preload, and where it comes from.
 pub fn locate() -> Result<(PathBuf, Origin), Error> {
-    locate_for(None)
+    if let Some(found) = given()? {
+        return Ok(found);
+    }
+    extract().map(|path| (path, Origin::Embedded))
 }
 
-/// The runtime library for the program, or for the running process `pid` to load (attach):
-/// a process of another user gets the carried copy from a place it may read.
-pub fn locate_for(pid: Option<i32>) -> Result<(PathBuf, Origin), Error> {
+/// `$UPROBE_LIB`, or `libuprobe.so` beside this executable, if there.
+fn given() -> Result<Option<(PathBuf, Origin)>, Error> {
     if let Some(lib) = std::env::var_os("UPROBE_LIB").filter(|v| !v.is_empty()) {
-        return Ok((lib.into(), Origin::Environment));
+        return Ok(Some((lib.into(), Origin::Environment)));
     }
     let exe = std::env::current_exe().map_err(|source| Error::Read { path: "/proc/self/exe".into(), source })?;
     let beside = exe.with_file_name("libuprobe.so");
-    if beside.is_file() {
-        return Ok((beside, Origin::Beside));
+    Ok(beside.is_file().then_some((beside, Origin::Beside)))
+}
+
+/// The runtime a running process is to load (attach): its name for messages, and its bytes,
+/// which go to the process in a memory file of its own (see `attach::load`), never through
+/// a path another user could have made or could change.
+pub fn for_attach() -> Result<(PathBuf, Vec<u8>), Error> {
+    match given()? {
+        Some((path, _)) => {
+            crate::check::library(&path).map_err(|e| match e {
+                Error::NoSuchFile(path) => Error::NoRuntime(path),
+                other => other,
+            })?;
+            let bytes = fs::read(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
+            Ok((path, bytes))
+        }
+        // Copied: the ELF reader wants its data aligned as a heap block is, not as a static.
+        None => Ok((PathBuf::from("libuprobe.so (carried inside uprobe-run)"), EMBEDDED.to_vec())),
     }
-    let other_user =
-        pid.and_then(|pid| fs::metadata(format!("/proc/{pid}")).ok()).is_some_and(|m| m.uid() != crate::sys::uid());
-    extract(other_user).map(|path| (path, Origin::Embedded))
 }
 
 /// The cache directories tried, in order: `$XDG_CACHE_HOME` or `~/.cache`, then a directory
-/// of this user's in /tmp (the only one, for a process of another user to load from: home
-/// directories are often closed to others).
-fn cache_dirs(other_user: bool) -> Vec<PathBuf> {
+/// of this user's in /tmp.
+fn cache_dirs() -> Vec<PathBuf> {
     let env_dir = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
     let mut dirs = Vec::new();
     match env_dir("XDG_CACHE_HOME") {
-        Some(_) if other_user => {}
         Some(dir) => dirs.push(dir),
-        None if other_user => {}
         // A home that does not exist is not made.
         None => dirs.extend(env_dir("HOME").filter(|home| home.is_dir()).map(|home| home.join(".cache"))),
     }
@@ -82,10 +94,10 @@ fn tmp_dir() -> PathBuf {
 
 /// Writes the embedded runtime to `<cache>/uprobe-run/<version>-<hash>/libuprobe.so`, unless
 /// it is there already with the same bytes.
-fn extract(other_user: bool) -> Result<PathBuf, Error> {
+fn extract() -> Result<PathBuf, Error> {
     let leaf = Path::new("uprobe-run").join(format!("{}-{HASH}", env!("CARGO_PKG_VERSION"))).join("libuprobe.so");
     let mut first_error = None;
-    for dir in cache_dirs(other_user) {
+    for dir in cache_dirs() {
         let path = dir.join(&leaf);
         // LD_PRELOAD splits on ':' and blanks.
         if path.as_os_str().as_bytes().iter().any(|&b| b == b':' || b.is_ascii_whitespace()) {
@@ -102,16 +114,18 @@ fn extract(other_user: bool) -> Result<PathBuf, Error> {
 }
 
 fn write_once(base: &Path, path: &Path) -> io::Result<()> {
-    if fs::read(path).is_ok_and(|bytes| bytes == EMBEDDED) {
-        return Ok(());
-    }
-    let dir = path.parent().expect("the leaf has directories");
+    // The directory is checked before anything in it is used: in /tmp another user may have
+    // made it first, and with it the file.
     if base == tmp_dir() {
         private_dir(base)?;
     } else if !base.is_dir() {
         // The cache directory itself, as the XDG spec asks: private.
         DirBuilder::new().recursive(true).mode(0o700).create(base)?;
     }
+    if fs::read(path).is_ok_and(|bytes| bytes == EMBEDDED) {
+        return Ok(());
+    }
+    let dir = path.parent().expect("the leaf has directories");
     DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
     // Written beside and renamed: a concurrent run sees the old file or the whole new one.
     let temp = dir.join(format!(".libuprobe.so.{}", std::process::id()));

@@ -60,9 +60,16 @@ pub enum AttachError {
     WouldNotStop { pid: i32, tid: i32, secs: u64, state: String },
     #[error(
         "process {pid}: {call} in thread {tid} has not returned after {secs} s; the thread is left \
-         to finish it (it ends by SIGSEGV at address 0 when it returns)"
+         to finish it, and then goes on as before"
     )]
     CallTimeout { pid: i32, tid: i32, call: &'static str, secs: u64 },
+    #[error(
+        "process {pid}: thread {tid} runs with a shadow stack (x86 CET), which the calls the attach makes \
+         in it would break; not attached"
+    )]
+    ShadowStack { pid: i32, tid: i32 },
+    #[error("process {pid}: interrupted during the attach; the process runs on as before")]
+    Interrupted { pid: i32 },
     #[error("process {pid}: {call} in thread {tid} was ended by {signal}")]
     CallKilled { pid: i32, tid: i32, call: &'static str, signal: String },
     #[error("process {pid}: cannot load {}: {reason}", .runtime.display())]
@@ -71,10 +78,7 @@ pub enum AttachError {
     StartFailed { pid: i32, source: io::Error },
     #[error("process {pid}: the runtime refused to start ({reason})")]
     RuntimeOff { pid: i32, reason: String },
-    #[error(
-        "process {pid}: the runtime's agent did not connect within {secs} s (is the process in \
-         another network namespace? the session socket is an abstract unix socket)"
-    )]
+    #[error("process {pid}: the runtime's agent did not answer within {secs} s")]
     NoAgent { pid: i32, secs: u64 },
     #[error("the session socket: {}", describe(.0))]
     Socket(io::Error),

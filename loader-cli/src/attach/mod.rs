@@ -6,15 +6,19 @@
 //!    call other than futex or the allocator's, else a futex wait, else one running the
 //!    program's own code; never one in the dynamic loader, or in the C library outside a
 //!    system call: it may hold their locks), the others run on;
-//! 3. `inject` makes that thread call `dlopen` on the runtime (unless it is there already)
-//!    and then the runtime's `uprobe_attach_start`, and gives it back its registers;
-//! 4. the runtime's agent connects, and `session` runs the session: it stops the threads
+//! 3. `inject` makes that thread call functions in the process, each returning through a
+//!    signal frame that restores the thread by itself: `load` puts the runtime in (unless it
+//!    is there already) through a sealed memory file, then the runtime's
+//!    `uprobe_attach_begin` starts its agent with a socket pair, whose other end uprobe-run
+//!    takes from the process: no name anyone could bind or connect to;
+//! 4. `session` runs the session with the agent: it stops the threads
 //!    whenever the agent writes a batch, relays the handlers' output, and on Ctrl-C, SIGTERM,
 //!    the end of `--duration` or the process's exit, ends it.
 
 mod copies;
 mod error;
 mod inject;
+mod load;
 mod net;
 mod ptrace;
 mod session;
@@ -28,8 +32,9 @@ mod wire;
 
 pub use error::AttachError;
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::borrow::Cow;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use inject::{Arg, Hijacked};
@@ -40,8 +45,10 @@ use target::{Mapping, Target};
 #[derive(Debug)]
 pub struct Request {
     pub pid: i32,
-    /// The runtime to load, absolute.
+    /// The runtime's name, for messages (a path, or where it is carried).
     pub runtime: PathBuf,
+    /// The runtime's bytes (see `load`).
+    pub runtime_bytes: Vec<u8>,
     /// Absolute paths.
     pub handlers: Vec<PathBuf>,
     pub params: Vec<String>,
@@ -54,9 +61,6 @@ pub struct Request {
 
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
-
-/// How long the agent may take to connect once started.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Attaches as `request` says and runs the session; returns uprobe-run's exit status.
 pub fn run(request: Request) -> Result<i32, AttachError> {
@@ -72,23 +76,13 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     let mut request = request;
     let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
-    let name = wire::socket_name(std::process::id(), target.pid);
-    let listener = net::listen(&name).map_err(AttachError::Socket)?;
     let out = session::Output::open(request.output.as_deref())?;
+    let pidfd =
+        net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
     let mut pause = session::Pause::default();
-    start_agent(&target, &request.runtime, &name, &mut pause)?;
-    let ready =
-        net::poll(&[std::os::fd::AsRawFd::as_raw_fd(&listener)], Some(CONNECT_TIMEOUT)).map_err(AttachError::Socket)?;
-    if !ready[0] {
-        return Err(target
-            .changed()
-            .unwrap_or(AttachError::NoAgent { pid: target.pid, secs: CONNECT_TIMEOUT.as_secs() }));
-    }
-    let (control, peer) = net::accept(&listener).map_err(AttachError::Socket)?;
-    if peer != target.pid {
-        return Err(AttachError::Protocol { pid: target.pid, what: format!("process {peer} connected instead") });
-    }
-    drop(listener);
+    // Whatever failed, a process that exited or exec'd meanwhile is the cause to name.
+    let control =
+        start_agent(&target, &request, &signals, &pidfd, &mut pause).map_err(|e| target.changed().unwrap_or(e))?;
     session::Session { target, control, out, signals, request, started, pause }.run().map(session::output_checked)
 }
 
@@ -101,6 +95,10 @@ const ALLOCATOR_CALLS: [i64; 6] =
 /// the dynamic loader's code (a thread there holds its lock), `libc` the C library's.
 fn fitness(h: &Held, loader: &[&Mapping], libc: &[&Mapping]) -> Option<u8> {
     let rip = h.regs.rip;
+    // On its way to a signal: that delivery is the tracer's to make, and would be lost with it.
+    if h.signal != 0 {
+        return None;
+    }
     let inside = |code: &[&Mapping]| code.iter().any(|m| m.start <= rip && rip < m.end);
     if inside(loader) {
         return None;
@@ -120,8 +118,14 @@ fn fitness(h: &Held, loader: &[&Mapping], libc: &[&Mapping]) -> Option<u8> {
     Some(3)
 }
 
-/// Holds one thread of `target` at a safe place, the others running; counts the pause.
-fn pick_thread(target: &Target, pause: &mut session::Pause) -> Result<Hijacked, AttachError> {
+/// Holds one thread of `target` at a safe place, the others running, ready for calls;
+/// counts the pause.
+fn pick_thread(
+    target: &Target,
+    restorer: u64,
+    signals: &OwnedFd,
+    pause: &mut session::Pause,
+) -> Result<Hijacked, AttachError> {
     let maps = target.maps()?;
     let code_of = |prefixes: &[&str]| -> Vec<&Mapping> {
         let named = |m: &&Mapping| prefixes.iter().any(|p| m.path.rsplit('/').next().unwrap_or("").starts_with(p));
@@ -130,6 +134,9 @@ fn pick_thread(target: &Target, pause: &mut session::Pause) -> Result<Hijacked, 
     let loader = code_of(&["ld-linux"]);
     let libc = code_of(&["libc.so", "libpthread"]);
     for _ in 0..PICK_ROUNDS {
+        if net::ready(signals.as_raw_fd()) {
+            return Err(AttachError::Interrupted { pid: target.pid });
+        }
         let stopped = stop::stop_all(target, None, true).map_err(|e| match e {
             StopError::Gone(e) | StopError::Failed(e) => e,
         })?;
@@ -139,7 +146,7 @@ fn pick_thread(target: &Target, pause: &mut session::Pause) -> Result<Hijacked, 
                 let (kept, held) = stopped.keep_only(tid);
                 pause.add(held);
                 let kept = kept.expect("the chosen thread is held");
-                return Ok(Hijacked { pid: target.pid, tid, saved: kept.regs, signal: kept.signal });
+                return Hijacked::new(target.pid, tid, kept.regs, restorer, signals);
             }
             None => {
                 pause.add(stopped.resume());
@@ -153,93 +160,115 @@ fn pick_thread(target: &Target, pause: &mut session::Pause) -> Result<Hijacked, 
 /// The run-time address of function `name` of the file mapped at `first`.
 fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<Option<u64>, AttachError> {
     let file = target.file(&first.path);
-    Ok(symbols::lookup(&file, name)?.map(|(value, base)| symbols::runtime_address(first, value, base)))
+    let found = symbols::lookup(&file, name).map_err(|e| target.changed().unwrap_or(e))?;
+    Ok(found.map(|(value, base)| symbols::runtime_address(first, value, base)))
 }
 
-/// Loads the runtime into `target` if it is not there, and starts its agent, which connects
-/// to the socket `name`.
-fn start_agent(target: &Target, runtime: &Path, name: &str, pause: &mut session::Pause) -> Result<(), AttachError> {
+/// The bytes of the runtime the process has mapped at `first` (to find its entry point), as
+/// uprobe-run can read them: the file itself; a memory file an attach loaded it from,
+/// through `/proc/PID/map_files` (which needs privilege) or, when what the process maps
+/// of it is the runtime uprobe-run carries, that one.
+fn loaded_runtime<'a>(
+    target: &Target,
+    first: &Mapping,
+    ours: &'a [u8],
+) -> Result<(PathBuf, Cow<'a, [u8]>), AttachError> {
+    if first.path != format!("{} (deleted)", target::MEMFD_PREFIX) {
+        let file = target.file(&first.path);
+        let bytes = std::fs::read(&file)
+            .map_err(|source| target.changed().unwrap_or(AttachError::Read { path: file.clone(), source }))?;
+        return Ok((file, Cow::Owned(bytes)));
+    }
+    let via = PathBuf::from(format!("/proc/{}/map_files/{:x}-{:x}", target.pid, first.start, first.end));
+    if let Ok(bytes) = std::fs::read(&via) {
+        return Ok((via, Cow::Owned(bytes)));
+    }
+    let len = (first.end - first.start) as usize;
+    let mapped = ptrace::read_memory(target.pid, first.start, len).unwrap_or_default();
+    if mapped.len() == len && ours.len() >= len && ours[..len] == mapped[..] {
+        return Ok((PathBuf::from(&first.path), Cow::Borrowed(ours)));
+    }
+    Err(AttachError::LoadFailed {
+        pid: target.pid,
+        runtime: PathBuf::from(&first.path),
+        reason: "another build of the runtime is loaded there; attach with the uprobe-run that loaded it, or as root"
+            .into(),
+    })
+}
+
+/// Where `__restore_rt` (the signal return) is in the process's C library.
+fn restorer(target: &Target, libc: &Mapping) -> Result<u64, AttachError> {
+    let file = target.file(&libc.path);
+    let found = symbols::find_code(&file, &inject::RESTORER_BYTES).map_err(|e| target.changed().unwrap_or(e))?;
+    let (value, base) = found.ok_or_else(|| AttachError::LoadFailed {
+        pid: target.pid,
+        runtime: PathBuf::from(&libc.path),
+        reason: "no signal return (__restore_rt) found in it".into(),
+    })?;
+    Ok(symbols::runtime_address(libc, value, base))
+}
+
+/// Loads the runtime into `target` if it is not there, and starts its agent; the session's
+/// channel (uprobe-run's end of the socket pair the runtime made, taken from the process).
+fn start_agent(
+    target: &Target,
+    request: &Request,
+    signals: &OwnedFd,
+    pidfd: &OwnedFd,
+    pause: &mut session::Pause,
+) -> Result<OwnedFd, AttachError> {
     let pid = target.pid;
     let maps = target.maps()?;
     let libc = target
         .libc(&maps)
         .cloned()
         .ok_or_else(|| target.changed().unwrap_or(AttachError::ExitedDuringAttach { pid }))?;
-    let old_glibc = |symbol| AttachError::OldGlibc { pid, libc: PathBuf::from(&libc.path), symbol };
-    let dlopen = function_in(target, &libc, "dlopen")?.ok_or_else(|| old_glibc("dlopen"))?;
-    let dlerror = function_in(target, &libc, "dlerror")?.ok_or_else(|| old_glibc("dlerror"))?;
-    let dlclose = function_in(target, &libc, "dlclose")?.ok_or_else(|| old_glibc("dlclose"))?;
-    let loaded = target.mapped(&maps, "libuprobe.so").cloned();
-    // The runtime loaded already (a program started by uprobe-run) is used as it is; its entry
-    // point comes from its own file.
-    let entry_file = loaded.as_ref().map_or_else(|| runtime.to_path_buf(), |m| target.file(&m.path));
-    let no_entry = || AttachError::NoEntry { path: entry_file.clone(), symbol: "uprobe_attach_start" };
-    let (entry_value, entry_base) = symbols::lookup(&entry_file, "uprobe_attach_start")?.ok_or_else(no_entry)?;
-    let inode = std::fs::metadata(runtime)
-        .map(|m| m.ino())
-        .map_err(|source| AttachError::Read { path: runtime.into(), source })?;
-
-    let thread = pick_thread(target, pause)?;
-    let result = (|| {
-        let (first, handle) = match loaded {
-            Some(first) => (first, None),
-            None => {
-                let path = runtime.as_os_str().as_encoded_bytes();
-                let handle = thread.call(
-                    "dlopen",
-                    dlopen,
-                    &[Arg::Str(path), Arg::Int((libc::RTLD_NOW | libc::RTLD_GLOBAL) as u64)],
-                )?;
-                if handle == 0 {
-                    let message = thread.call("dlerror", dlerror, &[])?;
-                    let reason = if message == 0 { "dlopen failed".into() } else { thread.read_string(message) };
-                    return Err(AttachError::LoadFailed { pid, runtime: runtime.into(), reason });
-                }
-                let maps = target.maps()?;
-                let first = maps.iter().find(|m| m.inode == inode && m.offset == 0).cloned();
-                let first = first.ok_or_else(|| AttachError::LoadFailed {
-                    pid,
-                    runtime: runtime.into(),
-                    reason: "loaded, but not found in /proc/PID/maps".into(),
-                })?;
-                (first, Some(handle))
-            }
-        };
-        let entry = symbols::runtime_address(&first, entry_value, entry_base);
-        let rc = thread.call("uprobe_attach_start", entry, &[Arg::Str(name.as_bytes())])? as i64 as i32;
-        if rc < 0 {
-            // Nothing of the runtime was set up when it could not connect: take it out again.
-            if let (Some(handle), true) = (handle, rc != -libc::EBUSY && rc != -libc::EPERM) {
-                thread.call("dlclose", dlclose, &[Arg::Int(handle)])?;
-            }
-        }
-        Ok(rc)
-    })();
-    match result {
-        Ok(rc) => {
-            thread.release()?;
-            match -rc {
-                0 => Ok(()),
-                libc::EBUSY => Err(AttachError::AlreadyAttached { pid, agent: "starting".into() }),
-                libc::EPERM => {
-                    Err(AttachError::RuntimeOff { pid, reason: "it could not install its SIGTRAP handler".into() })
-                }
-                errno => Err(AttachError::StartFailed { pid, source: std::io::Error::from_raw_os_error(errno) }),
-            }
-        }
-        // The thread is gone, or running a call it did not finish: nothing to give back.
-        Err(
-            e @ (AttachError::ExitedDuringAttach { .. }
-            | AttachError::ExecdDuringAttach { .. }
-            | AttachError::CallKilled { .. }
-            | AttachError::CallTimeout { .. }),
-        ) => Err(e),
-        Err(e) => {
-            thread.release()?;
-            Err(e)
-        }
+    let restorer = restorer(target, &libc)?;
+    let loaded = target.runtime(&maps).cloned();
+    let mut thread = pick_thread(target, restorer, signals, pause)?;
+    // A call's return would not match its shadow stack: the process would be killed.
+    if target.shadow_stack(thread.tid) {
+        return Err(AttachError::ShadowStack { pid, tid: thread.tid });
+    }
+    let first = match &loaded {
+        Some(first) => first.clone(),
+        None => load::runtime(target, &mut thread, &libc, pidfd, &request.runtime, &request.runtime_bytes)?,
+    };
+    // The runtime loaded already (a program started by uprobe-run, an earlier session) is
+    // used as it is; its entry point comes from its own file.
+    let (entry_file, entry_bytes) = match loaded {
+        Some(_) => loaded_runtime(target, &first, &request.runtime_bytes)?,
+        None => (request.runtime.clone(), Cow::Borrowed(&request.runtime_bytes[..])),
+    };
+    let no_entry = || AttachError::NoEntry { path: entry_file.clone(), symbol: ENTRY };
+    let (value, base) = symbols::lookup_in(&entry_bytes, &entry_file, ENTRY)?.ok_or_else(no_entry)?;
+    let entry = symbols::runtime_address(&first, value, base);
+    // The last point to stop at without a trace: the runtime, if loaded, stays inert. Once
+    // the agent runs, a Ctrl-C ends the session the proper way.
+    if thread.interrupted() {
+        return Err(AttachError::Interrupted { pid });
+    }
+    // The status, and the descriptor; a status the runtime never writes until it answers.
+    let unanswered = i32::MIN;
+    let result = [unanswered.to_ne_bytes(), (-1i32).to_ne_bytes()].concat();
+    let answer = thread.call(ENTRY, entry, &[Arg::Buf(&result)])?.remove(0);
+    thread.release();
+    let word =
+        |i: usize| answer.get(4 * i..4 * i + 4).map_or(unanswered, |b| i32::from_ne_bytes(b.try_into().unwrap()));
+    let (status, fd) = (word(0), word(1));
+    match -status {
+        0 => net::take_fd(pidfd, fd).map_err(|e| target.changed().unwrap_or(AttachError::Socket(e))),
+        libc::EBUSY => Err(AttachError::AlreadyAttached { pid, agent: "starting".into() }),
+        libc::EPERM => Err(AttachError::RuntimeOff { pid, reason: "it could not install its SIGTRAP handler".into() }),
+        _ if status == unanswered => Err(target
+            .changed()
+            .unwrap_or_else(|| AttachError::Protocol { pid, what: format!("{ENTRY} did not answer") })),
+        errno => Err(AttachError::StartFailed { pid, source: std::io::Error::from_raw_os_error(errno) }),
     }
 }
+
+/// The runtime's entry point for an attach.
+const ENTRY: &str = "uprobe_attach_begin";
 
 #[cfg(test)]
 mod tests {
@@ -254,7 +283,15 @@ mod tests {
     }
 
     fn code(start: u64, path: &str) -> Mapping {
-        Mapping { start, end: start + 0x1000, perms: "r-xp".into(), offset: 0, inode: 1, path: path.into() }
+        Mapping {
+            start,
+            end: start + 0x1000,
+            perms: "r-xp".into(),
+            offset: 0,
+            dev: "08:01".into(),
+            inode: 1,
+            path: path.into(),
+        }
     }
 
     #[test]
@@ -268,5 +305,8 @@ mod tests {
         assert_eq!(fit(held(0x40_0000, None)), Some(3));
         assert_eq!(fit(held(0x8010, None)), None);
         assert_eq!(fit(held(0x1010, None)), None);
+        let mut signalled = held(0x40_0000, None);
+        signalled.signal = libc::SIGUSR1;
+        assert_eq!(fit(signalled), None, "on its way to a signal");
     }
 }

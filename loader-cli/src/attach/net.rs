@@ -1,6 +1,6 @@
-//! The session's descriptors on uprobe-run's side: the listening abstract unix socket the
-//! agent connects to, seqpacket messages with a descriptor attached, the output socket pair,
-//! signals as a descriptor, and the target's pidfd (readable when it exits).
+//! The session's descriptors on uprobe-run's side: seqpacket messages with a descriptor
+//! attached, the output socket pair, signals as a descriptor, the target's pidfd (readable
+//! when it exits) and the descriptors taken from the target with it, memory file seals.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -20,32 +20,6 @@ fn owned(fd: libc::c_int) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-fn seqpacket() -> io::Result<OwnedFd> {
-    // SAFETY: socket takes plain integers.
-    check(unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) }).map(owned)
-}
-
-/// A listening seqpacket socket at the abstract name `name`.
-pub fn listen(name: &str) -> io::Result<OwnedFd> {
-    let fd = seqpacket()?;
-    // SAFETY: a zeroed sockaddr_un is valid; the name is copied in bounds.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = name.as_bytes();
-    if bytes.len() + 1 > addr.sun_path.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    for (i, &b) in bytes.iter().enumerate() {
-        addr.sun_path[i + 1] = b as libc::c_char;
-    }
-    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len()) as libc::socklen_t;
-    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
-    check(unsafe { libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) })?;
-    // SAFETY: listen takes plain integers.
-    check(unsafe { libc::listen(fd.as_raw_fd(), 4) })?;
-    Ok(fd)
-}
-
 /// Waits up to `timeout` for a readable (or hung-up) descriptor among `fds`; their revents.
 pub fn poll(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
     let mut polled: Vec<libc::pollfd> =
@@ -59,28 +33,6 @@ pub fn poll(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
             Ok(_) => return Ok(polled.iter().map(|p| p.revents != 0).collect()),
         }
     }
-}
-
-/// Accepts one connection, and the pid of the process on the other end.
-pub fn accept(listener: &OwnedFd) -> io::Result<(OwnedFd, i32)> {
-    // SAFETY: no peer address is asked for.
-    let fd = check(unsafe {
-        libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
-    })
-    .map(owned)?;
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED writes one ucred of the length given.
-    check(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
-    })?;
-    Ok((fd, cred.pid))
 }
 
 /// Sends one message, with `fd` attached when given.
@@ -177,6 +129,30 @@ pub fn read_signal(fd: &OwnedFd) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(info.ssi_signo as i32)
+}
+
+/// A duplicate of descriptor `fd` of the process of `pidfd` (`pidfd_getfd`: the caller must
+/// be allowed to ptrace it), close-on-exec.
+pub fn take_fd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes plain integers.
+    let ours = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if ours < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned(ours as libc::c_int))
+}
+
+/// Seals memory file `file` (`F_ADD_SEALS`) with `seals`; the seals it then has.
+pub fn seal(file: &impl AsRawFd, seals: libc::c_int) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl on a descriptor the caller owns, with integer arguments.
+    check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
+/// Whether `fd` is readable (or hung up) now, without waiting.
+pub fn ready(fd: RawFd) -> bool {
+    poll(&[fd], Some(Duration::ZERO)).is_ok_and(|r| r[0])
 }
 
 /// A pidfd of process `pid`: readable once it exits.

@@ -37,8 +37,78 @@ pub fn detach(tid: i32, signal: i32) -> io::Result<()> {
     ptrace(libc::PTRACE_DETACH, tid, 0, signal as usize).map(drop)
 }
 
-pub fn cont(tid: i32, signal: i32) -> io::Result<()> {
-    ptrace(libc::PTRACE_CONT, tid, 0, signal as usize).map(drop)
+/// Resumes `tid` (delivering `signal`, 0: none) until its next system call entry or exit.
+pub fn syscall(tid: i32, signal: i32) -> io::Result<()> {
+    ptrace(libc::PTRACE_SYSCALL, tid, 0, signal as usize).map(drop)
+}
+
+/// Has system call stops of `tid` reported as [`Event::Syscall`] (exec stops still reported).
+pub fn report_syscalls(tid: i32) -> io::Result<()> {
+    let options = libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD;
+    ptrace(libc::PTRACE_SETOPTIONS, tid, 0, options as usize).map(drop)
+}
+
+/// `NT_X86_XSTATE`: the FPU and vector registers in the standard XSAVE layout.
+const NT_X86_XSTATE: usize = 0x202;
+
+/// The XSAVE area of stopped thread `tid` (standard, uncompacted layout), as long as the
+/// kernel gives it.
+pub fn get_xstate(tid: i32) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE, &mut iov as *mut libc::iovec as usize)?;
+    buf.truncate(iov.iov_len);
+    Ok(buf)
+}
+
+/// The FXSAVE area (512 bytes) of stopped thread `tid`.
+pub fn get_fxsave(tid: i32) -> io::Result<Vec<u8>> {
+    const NT_PRFPREG: usize = 2;
+    let mut buf = vec![0u8; 512];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    ptrace(libc::PTRACE_GETREGSET, tid, NT_PRFPREG, &mut iov as *mut libc::iovec as usize)?;
+    Ok(buf)
+}
+
+/// The `_fpx_sw_bytes` (48 bytes) the kernel writes into the FPU state of a signal frame on
+/// this machine, as seen in a signal this process sends itself: what `rt_sigreturn` checks
+/// before it restores a frame's XSAVE area (magic, sizes, the features present). None when
+/// the frame has no XSAVE area (no XSAVE on this processor).
+pub fn signal_frame_fp_sw_bytes() -> Option<[u8; 48]> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SEEN: AtomicBool = AtomicBool::new(false);
+    static mut BYTES: [u8; 48] = [0; 48];
+    extern "C" fn handler(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid ucontext; its fpregs point into the signal frame,
+        // 512 bytes of legacy FXSAVE area at least; only this handler writes BYTES, and only
+        // while the one raise() below runs.
+        unsafe {
+            let fpregs = (*(context as *mut libc::ucontext_t)).uc_mcontext.fpregs as *const u8;
+            if !fpregs.is_null() {
+                std::ptr::copy_nonoverlapping(fpregs.add(464), std::ptr::addr_of_mut!(BYTES).cast::<u8>(), 48);
+                SEEN.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    // SAFETY: a zeroed sigaction is valid; SIGURG is ignored by default, so borrowing it for
+    // one raise() and putting the old action back changes nothing else; the handler only
+    // copies bytes.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGURG, &action, &mut old) != 0 {
+            return None;
+        }
+        libc::raise(libc::SIGURG);
+        libc::sigaction(libc::SIGURG, &old, std::ptr::null_mut());
+    }
+    const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+    // SAFETY: the handler has run (raise returns after it) and nothing writes BYTES now.
+    let bytes = unsafe { std::ptr::addr_of!(BYTES).read() };
+    let magic = u32::from_ne_bytes(bytes[..4].try_into().unwrap());
+    (SEEN.load(Ordering::SeqCst) && magic == FP_XSTATE_MAGIC1).then_some(bytes)
 }
 
 /// An all-zero register set.
@@ -77,6 +147,8 @@ pub enum Event {
     Signal(i32),
     /// Stopped after an exec.
     Exec,
+    /// Stopped at a system call's entry or exit (see [`report_syscalls`]).
+    Syscall,
     /// Gone: exited (status) or killed (signal).
     Exited(i32),
     Killed(i32),
@@ -101,6 +173,7 @@ pub fn poll_event(tid: i32) -> io::Result<Option<Event>> {
         match (status >> 16, libc::WSTOPSIG(status)) {
             (libc::PTRACE_EVENT_EXEC, _) => Event::Exec,
             (libc::PTRACE_EVENT_STOP, _) => Event::Stopped,
+            (_, signal) if signal == libc::SIGTRAP | 0x80 => Event::Syscall,
             (_, signal) => Event::Signal(signal),
         }
     }))

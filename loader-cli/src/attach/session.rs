@@ -22,6 +22,12 @@ use crate::launch;
 const INIT_FAILED: i32 = 127;
 /// Exit status of a refusal.
 const REFUSED: i32 = 2;
+/// How long the agent may take to say hello once started.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long, after Ctrl-C (SIGTERM, SIGHUP), the agent may take to finish loading and then
+/// to detach: past it (or at a second signal), uprobe-run leaves; the agent, seeing the
+/// session's socket close, ends the session by itself.
+const END_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the agent may take to end after it said it detached.
 const AGENT_END_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a process whose agent went away may take to finish exiting.
@@ -167,9 +173,19 @@ impl Session {
 
     /// Runs the session to its end; returns uprobe-run's exit status.
     pub fn run(mut self) -> Result<i32, AttachError> {
-        let Some(FromAgent::Hello { tid: agent, .. }) = self.recv()? else {
+        let pid = self.pid();
+        let hello = net::poll(&[self.control.as_raw_fd()], Some(HELLO_TIMEOUT)).map_err(AttachError::Socket)?;
+        if !hello[0] {
+            return Err(self.target.changed().unwrap_or(AttachError::NoAgent { pid, secs: HELLO_TIMEOUT.as_secs() }));
+        }
+        let hello = self.recv().map_err(|e| self.target.changed().unwrap_or(e))?;
+        let Some(FromAgent::Hello { tid: agent, .. }) = hello else {
             return Err(self.target.changed().unwrap_or_else(|| self.protocol("no hello")));
         };
+        // The agent knows itself by its id in the process's PID namespace.
+        let agent = self.target.host_tid(agent).ok_or_else(|| {
+            self.target.changed().unwrap_or_else(|| self.protocol(format!("no thread {agent} (its agent) in it")))
+        })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
         let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
@@ -185,9 +201,12 @@ impl Session {
         let mut detach_pause = Pause::default();
         let mut detach_started = None;
         let deadline = self.request.duration.map(|d| Instant::now() + d);
+        // Once asked to end: when uprobe-run leaves at the latest.
+        let mut leave_at: Option<Instant> = None;
         loop {
-            let timeout = match (phase, deadline) {
-                (Phase::Attached, Some(at)) => Some(at.saturating_duration_since(Instant::now())),
+            let timeout = match (phase, deadline, leave_at) {
+                (_, _, Some(at)) => Some(at.saturating_duration_since(Instant::now())),
+                (Phase::Attached, Some(at), None) => Some(at.saturating_duration_since(Instant::now())),
                 _ => None,
             };
             let fds = [self.signals.as_raw_fd(), self.control.as_raw_fd(), ours.as_raw_fd(), pidfd.as_raw_fd()];
@@ -197,7 +216,18 @@ impl Session {
             }
             let timed_out = !ready.iter().any(|&r| r) && timeout.is_some();
             let signalled = ready[0] && net::read_signal(&self.signals).is_ok();
+            let overdue = leave_at.is_some_and(|at| Instant::now() >= at);
+            if overdue || (signalled && leave_at.is_some()) {
+                self.relay(&ours);
+                let doing = if phase == Phase::Loading { "loading" } else { "detaching" };
+                eprintln!(
+                    "uprobe-run: process {pid}: the runtime's agent is still {doing}; uprobe-run leaves, and the agent \
+                     ends the session by itself (it removes every probe of the session)"
+                );
+                return Ok(REFUSED);
+            }
             if signalled || timed_out {
+                leave_at.get_or_insert(Instant::now() + END_TIMEOUT);
                 match phase {
                     Phase::Loading => detach_wanted = true,
                     Phase::Attached => {

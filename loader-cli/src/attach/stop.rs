@@ -16,7 +16,7 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The restart codes a blocking system call interrupted by a stop returns with (the kernel
 /// restarts it when the thread goes on without a signal).
-const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
+pub const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
 
 /// One stopped thread.
 pub struct Held {
@@ -116,7 +116,9 @@ pub fn stop_all(target: &Target, except: Option<i32>, unblock_trap: bool) -> Res
             for tid in pending {
                 match ptrace::poll_event(tid) {
                     Ok(None) => still.push(tid),
-                    Ok(Some(Event::Stopped)) => held.push(Held { tid, regs: ptrace::zeroed_regs(), signal: 0 }),
+                    Ok(Some(Event::Stopped | Event::Syscall)) => {
+                        held.push(Held { tid, regs: ptrace::zeroed_regs(), signal: 0 })
+                    }
                     Ok(Some(Event::Signal(signal))) => held.push(Held { tid, regs: ptrace::zeroed_regs(), signal }),
                     Ok(Some(Event::Exec)) => {
                         let _ = ptrace::detach(tid, 0);

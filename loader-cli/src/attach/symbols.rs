@@ -12,7 +12,12 @@ use crate::attach::target::Mapping;
 /// symbols first, then its symbol table), and the lowest address its segments load at.
 pub fn lookup(path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError> {
     let bytes = std::fs::read(path).map_err(|source| AttachError::Read { path: path.into(), source })?;
-    let file = object::File::parse(&*bytes).map_err(|e| AttachError::Read {
+    lookup_in(&bytes, path, name)
+}
+
+/// [`lookup`] in the bytes of the file `path` names.
+pub fn lookup_in(bytes: &[u8], path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError> {
+    let file = object::File::parse(bytes).map_err(|e| AttachError::Read {
         path: path.into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
     })?;
@@ -23,6 +28,29 @@ pub fn lookup(path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError
         .find(|s| s.is_definition() && s.kind() == object::SymbolKind::Text && s.name() == Ok(name))
         .map(|s| (s.address(), base));
     Ok(found)
+}
+
+/// Where `needle` first appears in the executable segments of the ELF file at `path`: its
+/// address in the file's terms, and the lowest address its segments load at.
+pub fn find_code(path: &Path, needle: &[u8]) -> Result<Option<(u64, u64)>, AttachError> {
+    let bytes = std::fs::read(path).map_err(|source| AttachError::Read { path: path.into(), source })?;
+    let file = object::File::parse(&*bytes).map_err(|e| AttachError::Read {
+        path: path.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+    })?;
+    let base = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    for segment in file.segments() {
+        let executable =
+            matches!(segment.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+        let Ok(data) = segment.data() else { continue };
+        if !executable || data.len() < needle.len() {
+            continue;
+        }
+        if let Some(at) = data.windows(needle.len()).position(|w| w == needle) {
+            return Ok(Some((segment.address() + at as u64, base)));
+        }
+    }
+    Ok(None)
 }
 
 /// The run-time address of `value` (a symbol's value in the file whose lowest segment is at

@@ -11,6 +11,10 @@ use crate::attach::error::{AttachError, Yama};
 use crate::attach::ptrace;
 use crate::elf;
 
+/// How a runtime an attach loaded from a memory file appears in `/proc/PID/maps` (followed
+/// by ` (deleted)`).
+pub const MEMFD_PREFIX: &str = "/memfd:libuprobe.so";
+
 /// The file name an attach session's agent thread carries (its `comm`).
 pub const AGENT_NAME: &str = "uprobe-agent";
 
@@ -21,6 +25,8 @@ pub struct Mapping {
     pub end: u64,
     pub perms: String,
     pub offset: u64,
+    /// `major:minor`, in hex, as the maps file has it.
+    pub dev: String,
     pub inode: u64,
     pub path: String,
 }
@@ -33,11 +39,11 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             let (start, end) = f.next()?.split_once('-')?;
             let perms = f.next()?.to_owned();
             let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
+            let dev = f.next()?.to_owned();
             let inode = f.next()?.parse().ok()?;
             let path = f.next().unwrap_or("").trim_start().to_owned();
             let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
-            Some(Mapping { start, end, perms, offset, inode, path })
+            Some(Mapping { start, end, perms, offset, dev, inode, path })
         })
         .collect()
 }
@@ -187,14 +193,21 @@ impl Target {
             return Err(not_glibc(format!("it uses musl ({})", m.path)));
         }
         if self.libc(&maps).is_none() {
-            return Err(not_glibc("no libc.so.6 is mapped in it".into()));
+            // An exiting process has its mappings gone already.
+            let exiting = maps.is_empty().then_some(AttachError::ExitedDuringAttach { pid: self.pid });
+            let cause = self.changed().or(exiting);
+            return Err(cause.unwrap_or_else(|| not_glibc("no libc.so.6 is mapped in it".into())));
         }
         Ok(())
     }
 
     pub fn maps(&self) -> Result<Vec<Mapping>, AttachError> {
         let path = proc_path(self.pid, "maps");
-        let text = fs::read_to_string(&path).map_err(|e| proc_error(self.pid, &path, e))?;
+        // Gone now: it was there when checked, so it exited since.
+        let text = fs::read_to_string(&path).map_err(|e| match proc_error(self.pid, &path, e) {
+            AttachError::NoSuchProcess(pid) => AttachError::ExitedDuringAttach { pid },
+            other => other,
+        })?;
         Ok(parse_maps(&text))
     }
 
@@ -206,6 +219,35 @@ impl Target {
     /// The first mapping of the file named `name` (at offset 0), e.g. an already loaded runtime.
     pub fn mapped<'m>(&self, maps: &'m [Mapping], name: &str) -> Option<&'m Mapping> {
         maps.iter().find(|m| m.offset == 0 && file_name(&m.path) == name)
+    }
+
+    /// The runtime's first mapping, if the process has it: `libuprobe.so` (preloaded, or
+    /// loaded from a file), or the memory file an attach loaded it from
+    /// (`/memfd:libuprobe.so...`, see `attach::load`).
+    pub fn runtime<'m>(&self, maps: &'m [Mapping]) -> Option<&'m Mapping> {
+        let runtime = |m: &&Mapping| {
+            file_name(&m.path) == "libuprobe.so" || m.path.strip_prefix(MEMFD_PREFIX) == Some(" (deleted)")
+        };
+        maps.iter().filter(|m| m.offset == 0).find(runtime)
+    }
+
+    /// The thread of the process whose id in the process's own PID namespace is `ns_tid`
+    /// (the last `NSpid` of its status): the id uprobe-run knows it by.
+    pub fn host_tid(&self, ns_tid: i32) -> Option<i32> {
+        self.threads().into_iter().find(|&tid| {
+            let status = fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/status"))).unwrap_or_default();
+            let ns = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
+            ns.and_then(|ids| ids.split_whitespace().last()).and_then(|id| id.parse().ok()) == Some(ns_tid)
+        })
+    }
+
+    /// The descriptors of the process whose link reads `link` (e.g. `/memfd:NAME (deleted)`).
+    pub fn fds_linked_to(&self, link: &str) -> Vec<i32> {
+        let Ok(dir) = fs::read_dir(proc_path(self.pid, "fd")) else { return Vec::new() };
+        dir.filter_map(|e| e.ok())
+            .filter(|e| fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == link))
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
     }
 
     /// A path to a file mapped in the process, as uprobe-run can open it (through the
@@ -221,6 +263,12 @@ impl Target {
             .unwrap_or_default();
         tids.sort_unstable();
         tids
+    }
+
+    /// Whether thread `tid` runs with a user shadow stack (`x86_Thread_features: shstk`).
+    pub fn shadow_stack(&self, tid: i32) -> bool {
+        let status = fs::read_to_string(proc_path(self.pid, &format!("task/{tid}/status"))).unwrap_or_default();
+        has_shadow_stack(&status)
     }
 
     /// The name (`comm`) of thread `tid`.
@@ -251,9 +299,22 @@ impl Target {
     }
 }
 
+/// Whether a status file says `x86_Thread_features: ... shstk ...` (Linux 6.6 and later).
+fn has_shadow_stack(status: &str) -> bool {
+    let features = status.lines().find_map(|l| l.strip_prefix("x86_Thread_features:"));
+    features.is_some_and(|f| f.split_whitespace().any(|w| w == "shstk"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_with_a_shadow_stack_is_seen() {
+        assert!(has_shadow_stack("Name:\tx\nx86_Thread_features:\tshstk wrss\nx86_Thread_features_locked:\tshstk\n"));
+        assert!(!has_shadow_stack("Name:\tx\nx86_Thread_features:\t\nx86_Thread_features_locked:\tshstk\n"));
+        assert!(!has_shadow_stack("Name:\tx\n"));
+    }
 
     #[test]
     fn maps_lines_parse() {

@@ -6,7 +6,7 @@
 //!   `uprobe_exit`;
 //! - [`ending`]: the end-of-run report, whichever way the process ends;
 //! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`;
-//! - [`attach`]: `uprobe_attach_start`, which `uprobe-run --pid` calls in a running process.
+//! - [`attach`]: `uprobe_attach_begin`, which `uprobe-run --pid` calls in a running process.
 //!
 //! Context: normal (start-up, the program's calls), or a handler for the C functions.
 

@@ -1,6 +1,7 @@
 //! The agent: a thread of the runtime's own that carries out an attach session in the target
-//! process. `uprobe_attach_start` (run by `uprobe-run` on a hijacked thread) connects it to
-//! the `uprobe-run` that attached and starts it; it then
+//! process. `uprobe_attach_begin` (run by `uprobe-run` on a hijacked thread) makes its
+//! channel to the `uprobe-run` that attached (a socket pair, one end of which `uprobe-run`
+//! takes) and starts it; it then
 //!
 //! 1. says hello and receives the session: handler libraries, parameters, options, and the
 //!    descriptor the session's output goes to;
@@ -17,7 +18,6 @@
 //!
 //! Normal context; `at_exit` runs in the exiting thread, from `exit`.
 
-use core::ffi::CStr;
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::attach::channel::{Channel, RecvError};
@@ -64,45 +64,53 @@ pub enum StartError {
     Sys(Errno),
 }
 
-/// Connects to `uprobe-run` on the abstract socket `name`, claiming the process's one
-/// session (on the thread `uprobe-run` hijacked, which must return soon).
-pub fn connect(name: &CStr) -> Result<Channel, StartError> {
+/// Claims the process's one session and makes its channel: the agent's end, and the end
+/// `uprobe-run` takes from this process (on the thread `uprobe-run` hijacked, which must
+/// return soon).
+pub fn open() -> Result<(Channel, i32), StartError> {
     let me = sys::getpid();
     // A value left by the parent of a forked child is stale: its agent did not come along.
     let before = RUNNING.load(Ordering::SeqCst);
     if before == me || RUNNING.compare_exchange(before, me, Ordering::SeqCst, Ordering::SeqCst).is_err() {
         return Err(StartError::Busy);
     }
-    Channel::connect(name.to_bytes()).map_err(|e| {
-        RUNNING.store(0, Ordering::SeqCst);
-        StartError::Sys(e)
-    })
+    match socket::socketpair_seqpacket() {
+        Ok((ours, theirs)) => Ok((Channel { fd: ours }, theirs)),
+        Err(e) => {
+            RUNNING.store(0, Ordering::SeqCst);
+            Err(StartError::Sys(e))
+        }
+    }
 }
 
-/// Starts the agent on a connected session socket. `preloaded`: the runtime was there since
-/// the process started.
-pub fn start(channel: Channel, preloaded: bool) -> Result<(), StartError> {
-    let started = spawn(channel, preloaded);
+/// Starts the agent on the session's channel; `theirs`: `uprobe-run`'s end, closed here once
+/// `uprobe-run` holds its own copy (its first message), or when it does not come in time.
+/// `preloaded`: the runtime was there since the process started.
+pub fn start(channel: Channel, theirs: i32, preloaded: bool) -> Result<(), StartError> {
+    let started = spawn(channel, theirs, preloaded);
     if started.is_err() {
+        sys::close(theirs);
         RUNNING.store(0, Ordering::SeqCst);
     }
     started
 }
 
-/// Gives up the session claimed by [`connect`] (the runtime cannot work here).
-pub fn abandon(channel: Channel) {
+/// Gives up the session claimed by [`open`] (the runtime cannot work here).
+pub fn abandon(channel: Channel, theirs: i32) {
     drop(channel);
+    sys::close(theirs);
     RUNNING.store(0, Ordering::SeqCst);
 }
 
-fn spawn(channel: Channel, preloaded: bool) -> Result<(), StartError> {
+fn spawn(channel: Channel, theirs: i32, preloaded: bool) -> Result<(), StartError> {
     if EXIT_EVENT.load(Ordering::SeqCst) < 0 {
         let event = socket::eventfd().map_err(StartError::Sys)?;
         EXIT_EVENT.store(event, Ordering::SeqCst);
         // SAFETY: at_exit is an extern "C" fn() in this library, which is never unloaded.
         unsafe { libc::atexit(at_exit) };
     }
-    let spawned = std::thread::Builder::new().name("uprobe-agent".into()).spawn(move || run(channel, preloaded));
+    let spawned =
+        std::thread::Builder::new().name("uprobe-agent".into()).spawn(move || run(channel, theirs, preloaded));
     spawned.map(drop).map_err(|e| StartError::Sys(e.raw_os_error().unwrap_or(libc::EAGAIN)))
 }
 
@@ -139,8 +147,24 @@ fn wait(channel: &Channel) -> Event {
     }
 }
 
-/// The session's spec and output descriptor, the first message.
+/// How long `uprobe-run` may take to send the session's spec once the agent started: past
+/// it, `uprobe-run` is taken to be gone (killed during the attach) and the agent ends,
+/// having placed nothing.
+const SPEC_TIMEOUT_MS: i32 = 5_000;
+
+/// The session's spec and output descriptor, the first message, within [`SPEC_TIMEOUT_MS`].
 fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
+    let mut fds = [libc::pollfd { fd: channel.fd, events: libc::POLLIN, revents: 0 }];
+    let deadline = sys::monotonic_ns() + SPEC_TIMEOUT_MS as u64 * 1_000_000;
+    loop {
+        let left = deadline.saturating_sub(sys::monotonic_ns()) / 1_000_000;
+        match socket::poll(&mut fds, left as i32) {
+            Ok(_) if fds[0].revents != 0 => break,
+            Ok(_) if left == 0 => return None,
+            Ok(_) | Err(libc::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
     match channel.recv() {
         Ok((ToAgent::Spec(text), Some(fd))) => match Spec::parse(&text) {
             Ok(spec) => Some((spec, fd)),
@@ -160,12 +184,15 @@ fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
     }
 }
 
-fn run(channel: Channel, preloaded: bool) {
+fn run(channel: Channel, theirs: i32, preloaded: bool) {
     sys::block_signals(!KEPT);
     let _inside = deferred::Inside::enter();
     let tid = sys::gettid();
     let hello = FromAgent::Hello { pid: sys::getpid(), tid, preloaded };
-    if let Some((spec, out)) = channel.send(&hello).ok().and_then(|()| receive_spec(&channel)) {
+    let spec = channel.send(&hello).ok().and_then(|()| receive_spec(&channel));
+    // uprobe-run answered with its own copy of its end, or is not coming.
+    sys::close(theirs);
+    if let Some((spec, out)) = spec {
         // A process started by uprobe-run keeps its own output; in one the runtime came into
         // with this attach, the session's output is the output.
         let _ = route::add_thread(tid, out);

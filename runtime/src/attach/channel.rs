@@ -23,16 +23,6 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// Connects to `uprobe-run`, listening on the abstract socket `name`.
-    pub fn connect(name: &[u8]) -> Result<Channel, Errno> {
-        let fd = socket::socket_seqpacket()?;
-        if let Err(e) = socket::connect_abstract(fd, name) {
-            sys::close(fd);
-            return Err(e);
-        }
-        Ok(Channel { fd })
-    }
-
     pub fn send(&self, message: &FromAgent) -> Result<(), Errno> {
         socket::send_nosignal(self.fd, message.encode().as_bytes()).map(drop)
     }

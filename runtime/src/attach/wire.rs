@@ -3,11 +3,6 @@
 //! separated by tabs. Pure: no system calls, no state, no imports from the runtime, because
 //! `uprobe-run` compiles this very file too (so both sides always agree).
 
-/// The abstract socket name `uprobe-run` listens on for the agent of process `pid`.
-pub fn socket_name(listener_pid: u32, target_pid: i32) -> String {
-    format!("uprobe-run/{listener_pid}/{target_pid}")
-}
-
 /// The longest message either side sends.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 

@@ -7,27 +7,16 @@
 use crate::base::stats::Call;
 use crate::base::sys::{call, Errno};
 
-/// A unix seqpacket socket (message boundaries kept), close-on-exec: attach sessions.
-pub fn socket_seqpacket() -> Result<i32, Errno> {
+/// A connected pair of unix seqpacket sockets, close-on-exec: an attach session's channel,
+/// one end of which `uprobe-run` takes from this process (`pidfd_getfd`), so no name another
+/// process could bind or connect to exists.
+pub fn socketpair_seqpacket() -> Result<(i32, i32), Errno> {
     let kind = (libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC) as usize;
-    // SAFETY: socket takes plain integers.
-    unsafe { call(Call::Other, libc::SYS_socket, [libc::AF_UNIX as usize, kind, 0, 0, 0, 0]) }.map(|fd| fd as i32)
-}
-
-/// Connects `fd` to the abstract unix socket `name` (without its leading NUL).
-pub fn connect_abstract(fd: i32, name: &[u8]) -> Result<(), Errno> {
-    // SAFETY: a zeroed sockaddr_un is valid; the name is copied in bounds below.
-    let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
-    if name.len() + 1 > addr.sun_path.len() {
-        return Err(libc::ENAMETOOLONG);
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (i, &b) in name.iter().enumerate() {
-        addr.sun_path[i + 1] = b as libc::c_char;
-    }
-    let len = core::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
-    unsafe { call(Call::Other, libc::SYS_connect, [fd as usize, &addr as *const _ as usize, len, 0, 0, 0]) }.map(drop)
+    let mut fds = [-1i32; 2];
+    let args = [libc::AF_UNIX as usize, kind, 0, fds.as_mut_ptr() as usize, 0, 0];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    unsafe { call(Call::Other, libc::SYS_socketpair, args) }?;
+    Ok((fds[0], fds[1]))
 }
 
 /// Sends `buf` as one message on a socket, without SIGPIPE when the peer is gone (EPIPE then).
