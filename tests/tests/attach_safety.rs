@@ -20,32 +20,6 @@ use uprobe_tests::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Whether this process may trace its own children; says why not.
-fn ptrace_allowed() -> Result<(), String> {
-    let mut sleeper = Command::new("sleep").arg("10").spawn().unwrap();
-    let pid = sleeper.id() as i32;
-    // SAFETY: PTRACE_SEIZE and PTRACE_DETACH take plain integers.
-    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) } == 0;
-    let why = std::io::Error::last_os_error();
-    // SAFETY: as above.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
-    if seized {
-        return Ok(());
-    }
-    Err(format!("ptrace is not permitted here ({why})"))
-}
-
-macro_rules! need_ptrace {
-    () => {
-        if let Err(why) = ptrace_allowed() {
-            println!("SKIPPED: {why}");
-            return;
-        }
-    };
-}
-
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }

@@ -27,78 +27,11 @@ pub fn without_parameters(name: &str) -> &str {
     name
 }
 
-/// Whether `name` matches the glob `pattern`: `*` any run, `?` one character, `[abc]` and
+/// Whether `name` matches the glob `pattern`: `*` any run, `?` one byte, `[abc]` and
 /// `[a-z]` a class (`[!...]` negated).
 pub fn glob(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() {
-            match p[pi] {
-                '*' => {
-                    star = Some((pi, ni));
-                    pi += 1;
-                    continue;
-                }
-                '?' => {
-                    pi += 1;
-                    ni += 1;
-                    continue;
-                }
-                '[' => {
-                    if let Some((matched, next)) = class(&p, pi, n[ni]) {
-                        if matched {
-                            pi = next;
-                            ni += 1;
-                            continue;
-                        }
-                    } else if n[ni] == '[' {
-                        pi += 1;
-                        ni += 1;
-                        continue;
-                    }
-                }
-                c if c == n[ni] => {
-                    pi += 1;
-                    ni += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match star {
-            Some((sp, sn)) => {
-                pi = sp + 1;
-                ni = sn + 1;
-                star = Some((sp, sn + 1));
-            }
-            None => return false,
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
-/// Matches `c` against the class starting at `p[at] == '['`: (matched, index after `]`).
-fn class(p: &[char], at: usize, c: char) -> Option<(bool, usize)> {
-    let mut i = at + 1;
-    let negate = p.get(i) == Some(&'!');
-    if negate {
-        i += 1;
-    }
-    let mut matched = false;
-    let start = i;
-    while i < p.len() && (p[i] != ']' || i == start) {
-        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-            matched |= p[i] <= c && c <= p[i + 2];
-            i += 3;
-        } else {
-            matched |= p[i] == c;
-            i += 1;
-        }
-    }
-    (i < p.len()).then_some((matched != negate, i + 1))
+    // One matcher for names and for filters: the kernel's `glob_match`, byte by byte.
+    uprobe_contracts::filter::glob(pattern.as_bytes(), name.as_bytes())
 }
 
 #[cfg(test)]
