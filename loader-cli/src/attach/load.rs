@@ -57,7 +57,7 @@ pub fn runtime(
         return Err(target.changed().unwrap_or_else(|| failed("memfd_create failed in the process".into())));
     };
     let closed = |thread: &mut Hijacked| thread.call("close", close, &[Arg::Int(fd as u64)]).map(drop);
-    let file = match fill(pidfd, fd, bytes) {
+    let file = match fill(pidfd, fd, loadable_part(bytes)) {
         Ok(file) => file,
         Err(reason) => {
             closed(thread)?;
@@ -87,6 +87,42 @@ pub fn runtime(
     })
 }
 
+/// The part of the ELF file `bytes` that the dynamic loader reads: up to the end of its last
+/// loaded segment. What follows (debug information, the non-loaded symbol table, section
+/// headers: most of a build with debug info) would only fill the process's memory and
+/// lengthen the attach. The header is left as it is, so the first mapping stays byte for byte
+/// the carried file's (`loaded_runtime` compares them); the loader never reads section
+/// headers. Anything that does not parse as ELF64 is taken whole.
+pub fn loadable_part(bytes: &[u8]) -> &[u8] {
+    let field = |at: usize, len: usize| -> Option<u64> {
+        let b = bytes.get(at..at.checked_add(len)?)?;
+        Some(b.iter().rev().fold(0u64, |v, &byte| v << 8 | u64::from(byte)))
+    };
+    if !bytes.starts_with(b"\x7fELF\x02\x01") {
+        return bytes;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (field(0x20, 8), field(0x36, 2), field(0x38, 2)) else {
+        return bytes;
+    };
+    let mut end = 0u64;
+    for i in 0..phnum {
+        let Some(at) = phentsize.checked_mul(i).and_then(|o| o.checked_add(phoff)) else {
+            return bytes;
+        };
+        let at = at as usize;
+        match (field(at, 4), field(at.saturating_add(8), 8), field(at.saturating_add(32), 8)) {
+            (Some(1), Some(offset), Some(filesz)) => end = end.max(offset.saturating_add(filesz)),
+            (Some(_), Some(_), Some(_)) => {}
+            _ => return bytes,
+        }
+    }
+    let headers_end = phoff.saturating_add(phentsize * phnum);
+    match usize::try_from(end.max(headers_end)) {
+        Ok(end) if end > 0 && end <= bytes.len() => &bytes[..end],
+        _ => bytes,
+    }
+}
+
 /// Writes `bytes` into the process's memory file `fd` through a copy of the descriptor,
 /// seals it and reads it back through that copy; the copy.
 fn fill(pidfd: &OwnedFd, fd: i32, bytes: &[u8]) -> Result<File, String> {
@@ -103,4 +139,30 @@ fn fill(pidfd: &OwnedFd, fd: i32, bytes: &[u8]) -> Result<File, String> {
         return Err("its memory file does not hold what was written".into());
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loadable_part_ends_with_the_last_loaded_segment() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let part = loadable_part(&exe);
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(&exe[..]).unwrap();
+        // Built with debug information: most of the file is not loaded.
+        assert!(part.len() < exe.len());
+        for ph in elf.elf_program_headers() {
+            use object::read::elf::ProgramHeader as _;
+            if ph.p_type(elf.endian()) == object::elf::PT_LOAD {
+                assert!(ph.p_offset(elf.endian()) + ph.p_filesz(elf.endian()) <= part.len() as u64);
+            }
+        }
+        assert_eq!(&exe[..part.len()], part);
+        assert_eq!(loadable_part(b"not an ELF file"), b"not an ELF file");
+        // A header whose program headers lie past the end is taken whole.
+        let mut short = exe[..64].to_vec();
+        short[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(loadable_part(&short), &short[..]);
+    }
 }

@@ -166,8 +166,8 @@ fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<O
 
 /// The bytes of the runtime the process has mapped at `first` (to find its entry point), as
 /// uprobe-run can read them: the file itself; a memory file an attach loaded it from,
-/// through `/proc/PID/map_files` (which needs privilege) or, when what the process maps
-/// of it is the runtime uprobe-run carries, that one.
+/// the runtime uprobe-run carries when what the process maps of it is that one, else through
+/// `/proc/PID/map_files` (which needs privilege).
 fn loaded_runtime<'a>(
     target: &Target,
     first: &Mapping,
@@ -179,14 +179,16 @@ fn loaded_runtime<'a>(
             .map_err(|source| target.changed().unwrap_or(AttachError::Read { path: file.clone(), source }))?;
         return Ok((file, Cow::Owned(bytes)));
     }
-    let via = PathBuf::from(format!("/proc/{}/map_files/{:x}-{:x}", target.pid, first.start, first.end));
-    if let Ok(bytes) = std::fs::read(&via) {
-        return Ok((via, Cow::Owned(bytes)));
-    }
+    // The memory file holds only the loaded part of the runtime (`load::loadable_part`): its
+    // symbols are read from the carried file when the first mapping is that file's.
     let len = (first.end - first.start) as usize;
     let mapped = ptrace::read_memory(target.pid, first.start, len).unwrap_or_default();
     if mapped.len() == len && ours.len() >= len && ours[..len] == mapped[..] {
         return Ok((PathBuf::from(&first.path), Cow::Borrowed(ours)));
+    }
+    let via = PathBuf::from(format!("/proc/{}/map_files/{:x}-{:x}", target.pid, first.start, first.end));
+    if let Ok(bytes) = std::fs::read(&via) {
+        return Ok((via, Cow::Owned(bytes)));
     }
     Err(AttachError::LoadFailed {
         pid: target.pid,
