@@ -69,6 +69,7 @@ pub fn finish(how: Ending) {
     output::flush();
     trace::drain::finish();
     aggregate::report::finish();
+    aggregate::feed::end();
     report::report_missed();
     if stats::PRINT.load(Ordering::Relaxed) {
         report::report_returns();

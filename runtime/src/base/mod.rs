@@ -19,6 +19,7 @@ pub mod abi;
 pub mod alloc;
 pub mod disable;
 pub mod elf;
+pub mod feed;
 #[allow(unsafe_code)]
 pub mod lock;
 pub mod maps;
