@@ -337,32 +337,55 @@ fn a_signal_to_uprobe_run_reaches_the_program_and_its_ending_is_kept() {
         assert!(Instant::now() < deadline, "no tick counter served");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The program's pid, as the metrics label it.
+    let body = get(&addr, "/metrics").unwrap().1;
+    let line = body.lines().find(|l| l.starts_with("uprobe_program_running{pid=\"")).unwrap();
+    let pid: i32 = line["uprobe_program_running{pid=\"".len()..].split('"').next().unwrap().parse().unwrap();
+    assert_ne!(pid, session.child.id() as i32);
     // SAFETY: kill with a child's pid and a signal number.
     unsafe { libc::kill(session.child.id() as i32, libc::SIGTERM) };
     let mut session = session;
     let status = session.child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    // The program got it (and was reaped by uprobe-run): it is gone.
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the program {pid} lives on");
+}
+
+/// A GET /metrics on a unix socket.
+fn get_unix(path: &Path) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
 }
 
 #[test]
-fn a_unix_socket_path_is_served_and_removed() {
+fn a_unix_socket_path_serves_the_last_numbers_while_lingering() {
     let path = tempfile("metrics_sock");
     let def = format!("p:uprobes/tick {}:tick", program().display());
-    let mut session = Session::start(path.to_str().unwrap(), &["-e", &def, "--count"], &["churn", "3", "5"]);
+    let args = ["-e", &def, "--count", "--serve-linger", "600"];
+    let mut session = Session::start(path.to_str().unwrap(), &args, &["churn", "3", "5"]);
     session.tell("go");
     session.wait_done();
+    session.tell("end");
+    // The program ended: its last numbers stay served (it answers no more).
     let deadline = Instant::now() + Duration::from_secs(30);
     let body = loop {
-        let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
-        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        if ticks(&text) == Some(15) || Instant::now() > deadline {
+        let text = get_unix(&path);
+        if text.contains("uprobe_program_running{") && text.contains("} 0\n") || Instant::now() > deadline {
             break text;
         }
+        std::thread::sleep(Duration::from_millis(50));
     };
+    assert!(body.lines().any(|l| l.starts_with("uprobe_program_running{") && l.ends_with(" 0")), "{body}");
     assert_eq!(ticks(&body), Some(15), "{body}");
-    assert_eq!(session.end().code(), Some(0));
+    assert_eq!(ticks(&get_unix(&path)), Some(15));
+    assert!(session.child.try_wait().unwrap().is_none(), "uprobe-run did not linger");
+    // SIGTERM ends the lingering at once, with the program's status.
+    // SAFETY: kill with a child's pid and a signal number.
+    unsafe { libc::kill(session.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(session.child.wait().unwrap().code(), Some(0));
     assert!(!path.exists(), "the socket file is left behind");
 }
 

@@ -44,6 +44,8 @@ pub struct Endpoint {
 /// to create (a path has a `/`).
 pub fn bind(addr: &str) -> Result<Endpoint, Error> {
     let refused = |reason: String| Error::Serve { addr: addr.to_string(), reason };
+    // Before the server starts its threads (see `process::block_handled`).
+    process::block_handled();
     if addr.contains('/') {
         let listener = UnixListener::bind(addr).map_err(|e| refused(e.to_string()))?;
         let server = tiny_http::Server::from_listener(listener, None).map_err(|e| refused(e.to_string()))?;
@@ -193,10 +195,17 @@ pub fn run(
     keys: usize,
     linger: Duration,
 ) -> Result<std::convert::Infallible, std::io::Error> {
+    if let Some(path) = endpoint.path {
+        let _ = process::SOCKET_FILE.set(path);
+    }
     let start = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let socket = stream(ours);
     let _ = socket.set_write_timeout(Some(ANSWER_WAIT));
-    let mut child = process::spawn(command, program_end)?;
+    let mut child = process::spawn(command, program_end).inspect_err(|_| {
+        if let Some(path) = process::SOCKET_FILE.get() {
+            let _ = std::fs::remove_file(path);
+        }
+    })?;
     let phase: process::Shared = Arc::new(Mutex::new(process::Phase::Running(child.id() as i32)));
     process::forward_signals(Arc::clone(&phase));
     let feed = Arc::new(Feed {
@@ -218,9 +227,6 @@ pub fn run(
     // SIGINT, SIGTERM (...) end the wait (see `process::forward_signals`).
     if !linger.is_zero() {
         std::thread::sleep(linger);
-    }
-    if let Some(path) = &endpoint.path {
-        let _ = std::fs::remove_file(path);
     }
     process::end_as(status)
 }

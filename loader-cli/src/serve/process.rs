@@ -46,13 +46,28 @@ pub fn socket_pair() -> io::Result<(RawFd, RawFd)> {
     Ok((fds[0], fds[1]))
 }
 
-/// Starts `command` with the handled signals blocked in uprobe-run from before the start
-/// (std's spawn gives the child an empty mask and default dispositions), so that none is
-/// lost or kills uprobe-run before the waiting thread takes them.
-pub fn spawn(mut command: Command, program_end: RawFd) -> io::Result<Child> {
+/// Blocks the handled signals in this thread and every thread it starts from now on (the
+/// HTTP server's included), so that none kills uprobe-run or is lost before the signal
+/// thread takes them. Called before anything starts a thread.
+pub fn block_handled() {
     let set = handled();
-    // SAFETY: blocking signals in this thread (the only one yet), with a valid set.
+    // SAFETY: blocking signals in this thread, with a valid set.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut()) };
+}
+
+/// Starts `command` with the signals uprobe-run blocks unblocked again (the mask is
+/// inherited across fork and exec; dispositions are not touched, so they are the defaults).
+pub fn spawn(mut command: Command, program_end: RawFd) -> io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let set = handled();
+    // SAFETY: between fork and exec the closure makes one async-signal-safe call, on a set
+    // made before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+            Ok(())
+        })
+    };
     let child = command.spawn();
     // SAFETY: the child has its copy; uprobe-run's copy of its end is of no use.
     unsafe { libc::close(program_end) };
@@ -113,9 +128,15 @@ pub fn wait(child: &mut Child, phase: &Shared) -> io::Result<std::process::ExitS
     Ok(status)
 }
 
+/// The unix socket file to remove when uprobe-run ends (it made it).
+pub static SOCKET_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
 /// Ends uprobe-run as the program ended: its exit status, or its fatal signal.
 pub fn end_as(status: std::process::ExitStatus) -> ! {
     use std::os::unix::process::ExitStatusExt;
+    if let Some(path) = SOCKET_FILE.get() {
+        let _ = std::fs::remove_file(path);
+    }
     if let Some(code) = status.code() {
         std::process::exit(code);
     }
