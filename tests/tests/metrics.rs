@@ -418,3 +418,35 @@ fn refusals_are_one_line_before_the_program_starts() {
         assert!(out.stdout.is_empty(), "{args:?}: the program ran");
     }
 }
+
+#[test]
+fn the_feed_survives_a_program_that_closes_every_descriptor() {
+    // closefds closes 0..1023, then close_range and closefrom from 0, calls work() 3 times,
+    // and exits 0 only if its next open() gets descriptor 0.
+    let prog = fixture("closefds", &["-O2", "-g", "-fno-inline"]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let def = format!("p:uprobes/work {}:work", prog.display());
+    let mut child = Command::new(uprobe_run())
+        .args(int3_only().then_some("--no-optimize"))
+        .args(["-o", "/dev/null", "--serve", &addr, "--serve-linger", "600", "-e", &def, "--count"])
+        .arg(&prog)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let body = get(&addr, "/metrics").map(|r| r.1).unwrap_or_default();
+        if body.lines().any(|l| l.starts_with("uprobe_program_running{") && l.ends_with(" 0"))
+            || Instant::now() > deadline
+        {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let work = body.lines().find(|l| l.starts_with("uprobe_hits_total{") && l.contains("event=\"work\""));
+    assert_eq!(work.and_then(|l| l.rsplit(' ').next()), Some("3"), "{body}");
+    // SAFETY: kill with a child's pid and a signal number.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0), "the program did not get descriptor 0 back");
+}
