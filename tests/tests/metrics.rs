@@ -309,21 +309,34 @@ fn scrapes_while_threads_come_and_go_lose_nothing() {
         std::thread::sleep(Duration::from_millis(20));
     }
     session.tell("go");
-    // Scrape as fast as answers come while the threads start and exit: counts only grow.
-    let mut seen = Vec::new();
-    loop {
-        let (status, body) = get(&addr, "/metrics").unwrap();
-        assert_eq!(status, 200);
-        seen.push(ticks(&body).expect("the tick counter"));
-        if let Ok(line) = session.lines.try_recv() {
-            assert_eq!(line, "done");
-            break;
-        }
+    // Four scrapers at once, as fast as answers come, while the threads start and exit:
+    // counts only grow, as each scraper sees them.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scrapers: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, done) = (addr.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (status, body) = get(&addr, "/metrics").unwrap();
+                    assert_eq!(status, 200);
+                    seen.push(ticks(&body).expect("the tick counter"));
+                }
+                seen
+            })
+        })
+        .collect();
+    session.wait_done();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut scrapes = 0;
+    for scraper in scrapers {
+        let seen = scraper.join().unwrap();
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "a counter went down: {seen:?}");
+        scrapes += seen.len();
     }
-    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "a counter went down: {seen:?}");
     let last = ticks(&get(&addr, "/metrics").unwrap().1);
-    assert_eq!(last, Some(threads * calls), "after {} scrapes during the churn", seen.len());
-    assert!(seen.len() > 1);
+    assert_eq!(last, Some(threads * calls), "after {scrapes} scrapes during the churn");
+    assert!(scrapes > 4);
     assert_eq!(session.end().code(), Some(0));
 }
 
