@@ -21,6 +21,21 @@ fn program() -> PathBuf {
     fixture("metrics", &["-O1", "-g", "-fno-inline", "-pthread", "-Wall", "-Wextra"])
 }
 
+/// The child's status, waited for at most 60 s (a hang fails the test instead of stalling it).
+fn wait_for(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("uprobe-run did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -104,7 +119,7 @@ impl Session {
     fn end(mut self) -> std::process::ExitStatus {
         self.tell("end");
         drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
+        let status = wait_for(&mut self.child);
         let _ = std::fs::remove_file(&self.output);
         status
     }
@@ -358,7 +373,7 @@ fn a_signal_to_uprobe_run_reaches_the_program_and_its_ending_is_kept() {
     // SAFETY: kill with a child's pid and a signal number.
     unsafe { libc::kill(session.child.id() as i32, libc::SIGTERM) };
     let mut session = session;
-    let status = session.child.wait().unwrap();
+    let status = wait_for(&mut session.child);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     // The program got it (and was reaped by uprobe-run): it is gone.
     assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the program {pid} lives on");
@@ -398,7 +413,7 @@ fn a_unix_socket_path_serves_the_last_numbers_while_lingering() {
     // SIGTERM ends the lingering at once, with the program's status.
     // SAFETY: kill with a child's pid and a signal number.
     unsafe { libc::kill(session.child.id() as i32, libc::SIGTERM) };
-    assert_eq!(session.child.wait().unwrap().code(), Some(0));
+    assert_eq!(wait_for(&mut session.child).code(), Some(0));
     assert!(!path.exists(), "the socket file is left behind");
 }
 
@@ -461,5 +476,5 @@ fn the_feed_survives_a_program_that_closes_every_descriptor() {
     assert_eq!(work.and_then(|l| l.rsplit(' ').next()), Some("3"), "{body}");
     // SAFETY: kill with a child's pid and a signal number.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert_eq!(child.wait().unwrap().code(), Some(0), "the program did not get descriptor 0 back");
+    assert_eq!(wait_for(&mut child).code(), Some(0), "the program did not get descriptor 0 back");
 }

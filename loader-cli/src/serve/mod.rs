@@ -224,8 +224,9 @@ pub fn run(
     }
     let status = process::wait(&mut child, &phase)?;
     feed.wait_gone(Duration::from_secs(1));
-    // SIGINT, SIGTERM (...) end the wait (see `process::forward_signals`).
-    if !linger.is_zero() {
+    // SIGINT, SIGTERM (...) end the wait, or, come before the program's end, skip it (see
+    // `process::forward_signals`).
+    if !linger.is_zero() && !process::asked_to_end() {
         std::thread::sleep(linger);
     }
     process::end_as(status)

@@ -84,9 +84,19 @@ pub enum Phase {
 
 pub type Shared = std::sync::Arc<std::sync::Mutex<Phase>>;
 
+/// A signal asked uprobe-run to end (SIGINT, SIGQUIT, SIGTERM, SIGHUP) while the program
+/// ran: once it ends, uprobe-run ends too, without lingering. Set under the phase's lock.
+static ASKED_TO_END: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a signal asked uprobe-run to end (read after the phase turned Ended).
+pub fn asked_to_end() -> bool {
+    ASKED_TO_END.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Takes the handled signals until the process ends (a thread of its own): while the
-/// program runs, passes on those to be passed on; once it ended (while the last numbers are
-/// served), any of them ends uprobe-run at once, as the program ended.
+/// program runs, passes on those to be passed on (and notes that uprobe-run is to end with
+/// the program, see [`asked_to_end`]); once it ended (while the last numbers are served),
+/// any of them ends uprobe-run at once, as the program ended.
 pub fn forward_signals(phase: Shared) {
     let set = handled();
     std::thread::spawn(move || loop {
@@ -95,7 +105,11 @@ pub fn forward_signals(phase: Shared) {
         if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
             continue;
         }
-        match *phase.lock().unwrap_or_else(|e| e.into_inner()) {
+        let guard = phase.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(sig, libc::SIGUSR1 | libc::SIGUSR2) {
+            ASKED_TO_END.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        match *guard {
             Phase::Running(pid) if PASSED_ON.contains(&sig) => {
                 // SAFETY: kill takes plain numbers; `pid` is not reaped while the phase is
                 // Running (see `wait`), so it is still the program's.
