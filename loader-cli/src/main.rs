@@ -125,8 +125,8 @@ fn run() -> Result<Infallible, Error> {
     }
     extra.extend(aggregation);
     // The feed's socket pair: its number is in the specification the program reads.
-    let feed = match cli.serve {
-        Some(_) => Some(serve::socket_pair()?),
+    let feed = match &cli.serve {
+        Some(addr) => Some(serve::socket_pair(addr)?),
         None => None,
     };
     if let Some((_, program_end)) = feed {

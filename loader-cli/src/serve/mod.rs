@@ -180,9 +180,9 @@ fn serve_requests(server: Arc<tiny_http::Server>, feed: Arc<Feed>) {
     }
 }
 
-/// The socket pair's descriptors: (uprobe-run's, the program's).
-pub fn socket_pair() -> Result<(i32, i32), Error> {
-    process::socket_pair().map_err(|e| Error::Serve { addr: String::new(), reason: format!("socketpair: {e}") })
+/// The socket pair's descriptors: (uprobe-run's, the program's), for serving at `addr`.
+pub fn socket_pair(addr: &str) -> Result<(i32, i32), Error> {
+    process::socket_pair().map_err(|e| Error::Serve { addr: addr.to_string(), reason: format!("socketpair: {e}") })
 }
 
 /// Starts `command` (its specification names `program_end` as the feed), serves until it
