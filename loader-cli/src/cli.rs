@@ -208,6 +208,21 @@ pub struct Cli {
     #[arg(long)]
     pub cumulative: bool,
 
+    /// Serve the aggregations as Prometheus metrics at ADDR/metrics (HOST:PORT, [::1]:PORT,
+    /// or the path of a unix socket to create), from uprobe-run while the program runs.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<String>,
+
+    /// With --serve: the most keys of --by served (default 10000); the hits of the others are
+    /// counted as cut.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub serve_keys: Option<u64>,
+
+    /// With --serve: keep serving the last numbers SECONDS after the program ends (SIGINT or
+    /// SIGTERM ends that early); by default uprobe-run ends with the program.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub serve_linger: Option<u64>,
+
     /// List the functions that can be probed in PROGRAM and the libraries it loads, with
     /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
     #[arg(short = 'l', long)]

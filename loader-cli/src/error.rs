@@ -119,6 +119,10 @@ pub enum Error {
     DurationWithoutPid,
     #[error("--duration {0}: not a number of seconds >= 0")]
     BadDuration(f64),
+    #[error("--serve {addr}: {reason}")]
+    Serve { addr: String, reason: String },
+    #[error("{option}: {reason} (see uprobe-run --help)")]
+    ServeOption { option: &'static str, reason: &'static str },
 }
 
 /// Control characters escaped, so that a refusal stays on one line.

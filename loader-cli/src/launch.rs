@@ -141,12 +141,19 @@ impl Launch {
     /// Replaces this process with the program: same pid, so the caller sees the program's
     /// own exit status or fatal signal. Returns only on failure.
     pub fn exec(self) -> io::Error {
-        Command::new(&self.program)
+        self.command().exec()
+    }
+
+    /// The program as a command to start (`--serve`: uprobe-run stays, the program is its
+    /// child).
+    pub fn command(self) -> Command {
+        let mut command = Command::new(&self.program);
+        command
             .arg0(&self.argv0)
             .args(&self.args)
             .env("LD_PRELOAD", &self.ld_preload)
-            .env("UPROBE_RUN_SPEC", &self.run_spec)
-            .exec()
+            .env("UPROBE_RUN_SPEC", &self.run_spec);
+        command
     }
 }
 

@@ -14,6 +14,7 @@ mod error;
 mod filter;
 mod launch;
 mod runtime;
+mod serve;
 mod sys;
 
 use cli::Cli;
@@ -75,6 +76,7 @@ fn run() -> Result<Infallible, Error> {
         }
     }
     let aggregation = aggregate::records(&cli)?;
+    check_serve(&cli, !aggregation.is_empty())?;
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
@@ -146,6 +148,14 @@ fn run() -> Result<Infallible, Error> {
         extra.push(("max-events", n.to_string().into()));
     }
     extra.extend(aggregation);
+    // The feed's socket pair: its number is in the specification the program reads.
+    let feed = match &cli.serve {
+        Some(addr) => Some(serve::socket_pair(addr)?),
+        None => None,
+    };
+    if let Some((_, program_end)) = feed {
+        extra.push(("feed", program_end.to_string().into()));
+    }
     let command = if cli.list {
         // -l [PATTERN] [--] PROGRAM: the listing runs the program's start-up only.
         let (pattern, command) = list_arguments(&cli.command)?;
@@ -211,12 +221,51 @@ fn run() -> Result<Infallible, Error> {
             .open(output)
             .map_err(|source| Error::Output { path: output.clone(), source })?;
     }
-    match launch.exec() {
+    let started = match (feed, &cli.serve) {
+        (Some((ours, program_end)), Some(addr)) => {
+            let endpoint = serve::bind(addr)?;
+            let keys = cli.serve_keys.map_or(serve::metrics::DEFAULT_KEYS, |n| n as usize);
+            let linger = std::time::Duration::from_nanos(cli.serve_linger.unwrap_or(0));
+            match serve::run(endpoint, launch.command(), ours, program_end, keys, linger) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            }
+        }
+        _ => launch.exec(),
+    };
+    match started {
         source if source.raw_os_error() == Some(libc::E2BIG) => {
             Err(Error::ExecTooBig { path: program, spec: spec_len, total: exec_size, limit: sys::exec_size_limit() })
         }
         source => Err(Error::Exec { path: program, source }),
     }
+}
+
+/// `--serve` and its options: what they need, refused in one line before anything starts.
+fn check_serve(cli: &Cli, aggregating: bool) -> Result<(), Error> {
+    let refuse = |option, reason| Err(Error::ServeOption { option, reason });
+    if cli.serve.is_none() {
+        if cli.serve_keys.is_some() {
+            return refuse("--serve-keys", "bounds what --serve serves: it needs --serve");
+        }
+        if cli.serve_linger.is_some() {
+            return refuse("--serve-linger", "applies to --serve: it needs --serve");
+        }
+        return Ok(());
+    }
+    if cli.pid.is_some() {
+        return refuse("--serve", "not with --pid yet: an attach session does not carry aggregations");
+    }
+    if cli.list {
+        return refuse("--serve", "serves a run's aggregations, not a listing");
+    }
+    if !aggregating {
+        return refuse("--serve", "serves aggregations: give --count, --hist, --lhist or --latency");
+    }
+    if cli.top.is_some() {
+        return refuse("--top", "not with --serve: served counters must not come and go (--serve-keys bounds them)");
+    }
+    Ok(())
 }
 
 /// `--list`'s words: `[PATTERN] [--] PROGRAM [ARGS]`. One word is the program; with more,

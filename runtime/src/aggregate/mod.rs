@@ -14,6 +14,7 @@
 //! - [`tables`], [`text`], [`json`]: what a report shows, as text or JSON lines (pure);
 //! - [`report`]: printing reports: the interval thread, the end of the run (also from a
 //!   fatal signal), the end of an attach session;
+//! - [`feed`]: the whole run's numbers for the metrics uprobe-run serves (`--serve`);
 //! - [`setup`]: start-up: the events planned, the reports started.
 //!
 //! Context: `hit` and `blocks::mine` run on the hit path (signal, stub or trampoline
@@ -25,6 +26,8 @@
 #[allow(unsafe_code)]
 pub mod blocks;
 pub mod buckets;
+#[allow(unsafe_code)]
+pub mod feed;
 #[allow(unsafe_code)]
 pub mod hit;
 pub mod json;

@@ -271,6 +271,26 @@ fn report(end: bool) {
     output::write_counted(out.as_bytes(), output::Lost::Report);
 }
 
+/// The whole run's numbers so far as JSON report lines (the metrics feed): read as the
+/// reports read them, without turning the interval over or touching what the next interval
+/// report shows.
+pub fn whole_run_json(out: &mut String) {
+    let Some(plans) = plan::plans() else { return };
+    let mut guard = state();
+    let mut fresh = None;
+    let r = match guard.as_mut().and_then(|g| g.as_mut()) {
+        Some(r) => r,
+        None => fresh.insert(Reporter::new(clock::monotonic_ns())),
+    };
+    let snap = merge::take(plans);
+    let frame = Frame { pid: sys::getpid(), interval: None, end: false, ts: clock::monotonic_ns() };
+    let all = events::all();
+    let views: Vec<EventView> =
+        all.iter().map(|e| EventView { name: &e.name, group: &e.group, args: &e.args }).collect();
+    let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &snap.names, maps: None };
+    json::write(out, plans, &views, &snap, &frame, &[], &mut names);
+}
+
 /// The return probe of timed event `event`.
 fn return_probe(event: usize) -> Option<*mut Uretprobe> {
     match events::all().get(event)?.probe {

@@ -9,7 +9,7 @@
 use crate::aggregate::hit;
 use crate::aggregate::plan::{self, EventInfo};
 use crate::aggregate::request::Request;
-use crate::aggregate::{blocks, report};
+use crate::aggregate::{blocks, feed, report};
 use crate::base::spec::Aggregate;
 use crate::probe::registry;
 use crate::trace::def::{self, Kind, Place};
@@ -113,9 +113,13 @@ pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> bool {
         return false;
     }
     report::start(settings.followed_exec);
+    if let Some(fd) = asked.feed {
+        feed::start(fd);
+    }
     extern "C" fn child() {
         blocks::after_fork();
         report::after_fork();
+        feed::after_fork();
     }
     // SAFETY: a plain function that stays loaded for the life of the process.
     unsafe { libc::pthread_atfork(None, None, Some(child)) };

@@ -72,6 +72,7 @@ pub fn finish(how: Ending) {
     trace::drain::finish();
     trace::filter::report();
     aggregate::report::finish();
+    aggregate::feed::end();
     report::report_missed();
     if stats::PRINT.load(Ordering::Relaxed) {
         report::report_returns();

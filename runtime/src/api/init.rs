@@ -57,7 +57,10 @@ fn scrub_environment() {
 /// marking the specification so that they know they were exec'd.
 fn pass_on_environment(text: &str, spec: &Spec) {
     if !spec.options.followed_exec {
-        environ::replace(spec::ENV_SPEC, &format!("{text}\n{}", spec::FOLLOWED_RECORD));
+        // The metrics feed's descriptor is this program's alone (close-on-exec): a later
+        // program would find another file, or nothing, at that number.
+        let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with("feed\t")).collect();
+        environ::replace(spec::ENV_SPEC, &format!("{}\n{}", kept.join("\n"), spec::FOLLOWED_RECORD));
     }
 }
 

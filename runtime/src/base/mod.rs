@@ -20,6 +20,7 @@ pub mod alloc;
 pub mod cfi;
 pub mod disable;
 pub mod elf;
+pub mod feed;
 #[allow(unsafe_code)]
 pub mod lock;
 pub mod maps;

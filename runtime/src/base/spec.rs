@@ -54,6 +54,9 @@ pub struct Aggregate {
     pub interval_ns: Option<u64>,
     /// `cumulative<TAB>`: interval reports count from the start.
     pub cumulative: bool,
+    /// `feed<TAB>FD`: an inherited socket on which uprobe-run asks for the numbers it serves
+    /// as metrics (`--serve`).
+    pub feed: Option<i32>,
 }
 
 impl Aggregate {
@@ -142,6 +145,10 @@ impl Spec {
                     spec.aggregate.interval_ns = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?)
                 }
                 "cumulative" => spec.aggregate.cumulative = true,
+                "feed" => {
+                    let fd = value.parse().ok().filter(|&fd: &i32| fd >= 0);
+                    spec.aggregate.feed = Some(fd.ok_or_else(|| SpecError::BadValue(line.into()))?)
+                }
                 "option" => match value {
                     "follow-exec" => spec.options.follow_exec = true,
                     "no-follow-fork" => spec.options.no_follow_fork = true,
@@ -221,7 +228,7 @@ mod tests {
     fn parses_aggregation_records() {
         let s = Spec::parse(
             "count\t\nby\tsize\ntop\t5\nhist\tmalloc.size\nlhist\tf.x,0,100,10\nlatency\tlibc:str*\n\
-             interval\t500000000\ncumulative\t\n",
+             interval\t500000000\ncumulative\t\nfeed\t5\n",
         )
         .unwrap();
         let a = &s.aggregate;
@@ -231,7 +238,8 @@ mod tests {
             (a.hists.as_slice(), a.lhists.as_slice()),
             (&["malloc.size".to_string()][..], &["f.x,0,100,10".to_string()][..])
         );
-        assert_eq!(a.latency, ["libc:str*"]);
+        assert_eq!((a.latency.as_slice(), a.feed), (&["libc:str*".to_string()][..], Some(5)));
+        assert_eq!(Spec::parse("feed\t-1"), Err(SpecError::BadValue("feed\t-1".into())));
         assert!(!Spec::parse("").unwrap().aggregate.any());
         assert_eq!(Spec::parse("top\tx"), Err(SpecError::BadValue("top\tx".into())));
     }

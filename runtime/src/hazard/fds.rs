@@ -1,4 +1,4 @@
-//! The run's output descriptor in a program that closes descriptors it did not open (daemons
+//! The run's output descriptor (and the metrics feed's, `base::feed`) in a program that closes descriptors it did not open (daemons
 //! closing everything, `closefrom(3)`, `close_range(2)`) or `dup2`s onto them. `close`,
 //! `close_range`, `closefrom`, `dup2` and `dup3` are interposed: closing the output's
 //! descriptor reports success and keeps it open (the program cannot tell, and its next
@@ -9,7 +9,7 @@
 
 use core::ffi::{c_int, c_uint};
 
-use crate::base::output;
+use crate::base::{feed, output};
 use crate::hazard::interpose::{next, Next};
 
 static CLOSE: Next = Next::new(c"close");
@@ -35,20 +35,39 @@ fn ours() -> Option<c_int> {
     Some(output::fd()).filter(|&fd| fd > 2)
 }
 
+/// The runtime's descriptors the program may not close: the output's and the feed's.
+fn kept() -> [Option<c_int>; 2] {
+    [ours(), feed::fd()]
+}
+
+fn is_kept(fd: c_int) -> bool {
+    kept().contains(&Some(fd))
+}
+
+/// Before a `dup2` onto `new`: the runtime's descriptor there moves first.
+fn make_way(new: c_int) {
+    if ours() == Some(new) {
+        output::move_fd();
+    }
+    if feed::fd() == Some(new) {
+        feed::move_fd();
+    }
+}
+
 /// `close(2)`, interposed: see the module doc.
 ///
 /// # Safety
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if ours() == Some(fd) {
+    if is_kept(fd) {
         return 0;
     }
     // SAFETY: forwarding the caller's argument to libc's close.
     unsafe { next!(CLOSE, CloseFn)(fd) }
 }
 
-/// `close_range(2)`, interposed: the range is closed around the output's descriptor.
+/// `close_range(2)`, interposed: the range is closed around the runtime's descriptors.
 ///
 /// # Safety
 /// The libc contract.
@@ -58,22 +77,35 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         // SAFETY: forwarding a sub-range of the caller's range to libc's close_range.
         unsafe { next!(CLOSE_RANGE, CloseRangeFn)(a, b, flags) }
     };
-    match ours().map(|fd| fd as c_uint) {
-        // CLOSE_RANGE_CLOEXEC only marks: the output is close-on-exec already.
-        Some(fd) if first <= fd && fd <= last && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 => {
-            let below = if fd > first { real(first, fd - 1) } else { 0 };
-            let above = if fd < last { real(fd + 1, last) } else { 0 };
-            if below != 0 {
-                below
-            } else {
-                above
+    // CLOSE_RANGE_CLOEXEC only marks: the runtime's descriptors are close-on-exec already.
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+        return real(first, last);
+    }
+    // No allocation: close may be called from a signal handler.
+    let mut holes = kept().map(|fd| fd.map(|fd| fd as c_uint).filter(|&fd| first <= fd && fd <= last));
+    holes.sort_unstable();
+    // The range closed around the holes; the first failure is the answer.
+    let mut result = 0;
+    let mut from = first;
+    for hole in holes.into_iter().flatten() {
+        if hole > from {
+            let rc = real(from, hole - 1);
+            if result == 0 {
+                result = rc;
             }
         }
-        _ => real(first, last),
+        from = from.max(hole + 1);
     }
+    if from <= last {
+        let rc = real(from, last);
+        if result == 0 {
+            result = rc;
+        }
+    }
+    result
 }
 
-/// `closefrom(3)`, interposed: closes everything from `low` but the output's descriptor.
+/// `closefrom(3)`, interposed: closes everything from `low` but the runtime's descriptors.
 ///
 /// # Safety
 /// The libc contract.
@@ -89,8 +121,8 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if ours() == Some(new) && old != new {
-        output::move_fd();
+    if old != new {
+        make_way(new);
     }
     // SAFETY: forwarding the caller's arguments to libc's dup2.
     unsafe { next!(DUP2, Dup2Fn)(old, new) }
@@ -102,8 +134,8 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if ours() == Some(new) && old != new {
-        output::move_fd();
+    if old != new {
+        make_way(new);
     }
     // SAFETY: forwarding the caller's arguments to libc's dup3.
     unsafe { next!(DUP3, Dup3Fn)(old, new, flags) }
