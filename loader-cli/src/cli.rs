@@ -147,7 +147,7 @@ pub struct Cli {
 
     /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
     /// drops records, counted per event and reported at the end.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub buffer_size: Option<usize>,
 
     /// A hit of EVENT that passes its filter switches other events on or off, for the whole
@@ -159,7 +159,7 @@ pub struct Cli {
 
     /// Stop recording events after N records (the program runs on; the end of the run says
     /// how many hits were not recorded).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = parse_records, allow_hyphen_values = true)]
     pub max_events: Option<u64>,
 
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
@@ -276,6 +276,14 @@ pub fn parse_top(text: &str) -> Result<u64, String> {
     match text.trim().parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("a whole number of keys from 1 up, not {text:?}")),
+    }
+}
+
+/// `--max-events`: a whole number of records from 1.
+pub fn parse_records(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("a whole number of records from 1 up, not {text:?}")),
     }
 }
 

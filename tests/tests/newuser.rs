@@ -172,9 +172,16 @@ fn a_module_no_file_answers_to_is_refused_before_the_program_starts() {
 #[test]
 fn bad_numbers_and_kernel_threads_are_named() {
     let _serial = serial();
-    for (option, value) in
-        [("--interval", "-1"), ("--buffer-size", "-1"), ("--top", "-1"), ("--pid", "-1"), ("--top", "0")]
-    {
+    for (option, value) in [
+        ("--interval", "-1"),
+        ("--buffer-size", "-1"),
+        ("--buffer-size", "-1M"),
+        ("--top", "-1"),
+        ("--pid", "-1"),
+        ("--top", "0"),
+        ("--max-events", "-1"),
+        ("--max-events", "0"),
+    ] {
         let out = uprobe(&[option, value, "--count", "-e", "p libc:malloc", "true"], None);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{option} {value}: {stderr}");
