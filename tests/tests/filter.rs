@@ -408,4 +408,18 @@ fn triggers_switch_events_on_and_off() {
     assert_eq!(e.status.code(), Some(2));
     assert_eq!(e.stdout, "");
     assert_eq!(e.stderr, "uprobe-run: --trigger 't:enable=nosuch': no event named nosuch (events: t)\n");
+    // An event only its own hits enable would start off and never be hit; an empty name.
+    for (trigger, said) in [
+        (
+            "t:enable=t",
+            "only t itself enables t, which then starts off and is never hit (an event some trigger enables waits \
+             for another event to enable it)",
+        ),
+        ("t:enable=", "expected an event name after enable="),
+    ] {
+        let e = run_uprobe(&["-e", &def, "--trigger", trigger, &p, "3"]);
+        assert_eq!(e.status.code(), Some(2));
+        assert_eq!(e.stdout, "");
+        assert_eq!(e.stderr, format!("uprobe-run: --trigger '{trigger}': {said}\n"));
+    }
 }

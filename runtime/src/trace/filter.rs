@@ -66,6 +66,8 @@ pub fn triggers(events: &mut [Event], texts: &[String]) -> Result<(), String> {
         Ok(found)
     };
     let mut started_off = Vec::new();
+    // (enabled event, the event whose hit enables it, the option that says so)
+    let mut enablers: Vec<(u32, u32, &String)> = Vec::new();
     for text in texts {
         let Some((source, actions)) = text.split_once(':') else {
             return Err(format!("--trigger '{text}': expected EVENT:enable=EVENT or EVENT:disable=EVENT"));
@@ -77,9 +79,16 @@ pub fn triggers(events: &mut [Event], texts: &[String]) -> Result<(), String> {
                 Some(("disable", t)) => (false, t.trim()),
                 _ => return Err(format!("--trigger '{text}': expected enable=EVENT or disable=EVENT, not {action:?}")),
             };
+            if target.is_empty() {
+                return Err(format!(
+                    "--trigger '{text}': expected an event name after {}=",
+                    action.trim().trim_end_matches('=')
+                ));
+            }
             for t in find(events, target, text)? {
                 if on {
                     started_off.push(t);
+                    enablers.extend(sources.iter().map(|&s| (t, s, text)));
                 }
                 events[t as usize].gated = true;
                 for &s in &sources {
@@ -87,6 +96,16 @@ pub fn triggers(events: &mut [Event], texts: &[String]) -> Result<(), String> {
                     events[s as usize].gated = true;
                 }
             }
+        }
+    }
+    // An event enabled only by its own hits starts off and would never be hit.
+    for &(t, _, text) in &enablers {
+        if enablers.iter().all(|&(u, s, _)| u != t || s == t) {
+            let name = &events[t as usize].name;
+            return Err(format!(
+                "--trigger '{text}': only {name} itself enables {name}, which then starts off and is never hit \
+                 (an event some trigger enables waits for another event to enable it)"
+            ));
         }
     }
     for t in started_off {
