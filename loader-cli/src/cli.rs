@@ -163,7 +163,7 @@ pub struct Cli {
     pub max_events: Option<u64>,
 
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
-    /// instead of refusing the run.
+    /// instead of refusing the run; a definition that does not parse is still refused.
     #[arg(long)]
     pub lenient: bool,
 

@@ -150,6 +150,16 @@ fn lenient_shows_a_skipped_event_as_skipped_never_as_a_count() {
     assert_eq!(skipped.len(), 1, "{}", run.output);
     assert_eq!(skipped[0]["skipped"], true);
     assert!(skipped[0].get("count").is_none(), "{}", skipped[0]);
+    // A function that does not exist is skipped the same way, and shown.
+    let run = run_uprobe(&["--lenient", "--count", "-e", "p:nf libc.so.6:nosuchfn", "-e", "p libc.so.6:free", p, "10"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let row = run.output.lines().find(|l| l.starts_with("nf ")).unwrap_or_else(|| panic!("{}", run.output));
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["nf", "skipped"]);
+    // A definition that is wrong as written is refused, --lenient or not.
+    let out = uprobe(&["--lenient", "--count", "-e", "p libc.so.6:free x=%zz", p, "10"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "", "the program ran");
+    assert!(text(&out.stderr).ends_with("not %zz\n"), "{}", text(&out.stderr));
 }
 
 #[test]

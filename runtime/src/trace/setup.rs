@@ -126,6 +126,9 @@ struct Target {
     /// `symbol_name` for the core ("module:symbol+off"), or an address.
     spec: Option<String>,
     addr: usize,
+    /// Resolved to nothing, and skipped by `--lenient`: an event that reports say was
+    /// skipped, with no probe.
+    skipped: bool,
 }
 
 /// Reads, resolves and registers the definitions and starts the stream; false when there
@@ -160,9 +163,9 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         match def::parse(&text) {
             Ok(def) => match program_for(n, &def, settings) {
                 Ok(filter) => sources.push(Source { origin, def, unwritten: 0, handlers, filter }),
-                Err(what) => refuse(&origin, &text, &DefError { at: 0, what }, settings),
+                Err(what) => refuse(&origin, &text, 0, &DefError { at: 0, what }, settings),
             },
-            Err(e) => refuse(&origin, &text, &e, settings),
+            Err(e) => refuse(&origin, &text, 0, &e, settings),
         }
     }
     for (n, a) in added.into_iter().enumerate() {
@@ -173,7 +176,7 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
             Ok((def, filter)) => {
                 sources.push(Source { origin: a.origin, def, unwritten: a.unwritten, handlers: a.handlers, filter })
             }
-            Err(e) => refuse_shown(&a.origin, &a.text, a.unwritten, &e, settings),
+            Err(e) => refuse(&a.origin, &a.text, a.unwritten, &e, settings),
         }
     }
     let targets = registry::with_view(|view| resolve_all(view, &sources, settings));
@@ -183,7 +186,7 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         let s = &sources[t.source];
         if names.contains(&(s.def.group.as_str(), t.name.as_str())) {
             let e = DefError { at: 0, what: format!("an event name not used before ({} is)", t.name) };
-            refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+            refuse(&s.origin, &s.def.text, s.unwritten, &e, settings);
         }
         names.push((&s.def.group, &t.name));
     }
@@ -238,17 +241,25 @@ pub fn refuse_line(line: &str, settings: &Settings) -> ! {
     sys::exit_now(REFUSED)
 }
 
-fn refuse(origin: &str, text: &str, e: &DefError, settings: &Settings) {
-    refuse_shown(origin, text, 0, e, settings);
+/// A definition that is wrong as written (it does not parse, an event name used twice):
+/// refused even with `--lenient`, which skips only what cannot be placed.
+fn refuse(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) {
+    refuse_or_skip(origin, text, unwritten, e, settings, false);
 }
 
-/// [`refuse`] for a text whose first `unwritten` bytes the user did not write: the rest is
-/// shown, and the column counted in it.
+/// A definition that cannot be placed, in a text whose first `unwritten` bytes the user did
+/// not write: the rest is shown, and the column counted in it. `--lenient` skips it.
 fn refuse_shown(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) {
+    refuse_or_skip(origin, text, unwritten, e, settings, settings.lenient);
+}
+
+/// The line naming the definition, then the end of the run, or the definition skipped where
+/// `skip` (or in a program reached by a followed exec, which must run whatever it lacks).
+fn refuse_or_skip(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings, skip: bool) {
     let shown = text.get(unwritten..).unwrap_or(text);
     let e = DefError { at: e.at.saturating_sub(unwritten), what: e.what.clone() };
     let line = format!("{origin} '{shown}': {e}");
-    if settings.lenient || settings.followed_exec {
+    if skip || settings.followed_exec {
         output::message(format_args!("{line}; skipped"));
         return;
     }
@@ -261,10 +272,19 @@ fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Vec<
     let mut targets = Vec::new();
     for (i, s) in sources.iter().enumerate() {
         match resolve(view, &modules, &s.def) {
-            Ok(found) => {
-                targets.extend(found.into_iter().map(|(name, spec, addr)| Target { source: i, name, spec, addr }))
+            Ok(found) => targets.extend(found.into_iter().map(|(name, spec, addr)| Target {
+                source: i,
+                name,
+                spec,
+                addr,
+                skipped: false,
+            })),
+            Err(e) => {
+                refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+                // Still here: --lenient skipped it; reports say so instead of leaving it out.
+                let name = s.def.event.clone().unwrap_or_else(|| s.def.default_name(None));
+                targets.push(Target { source: i, name, spec: None, addr: 0, skipped: true });
             }
-            Err(e) => refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings),
         }
     }
     targets
@@ -460,7 +480,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         on: AtomicBool::new(true),
         triggers: Vec::new(),
         gated: s.filter.is_some(),
-        skipped: AtomicBool::new(false),
+        skipped: AtomicBool::new(t.skipped),
     }
 }
 
@@ -476,6 +496,9 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
     let mut failed = Vec::new();
     deferred::batch(|| {
         for (i, ev) in events::all().iter().enumerate() {
+            if ev.skipped.load(Ordering::Relaxed) {
+                continue;
+            }
             // SAFETY: the probe objects are leaked, valid for the life of the process.
             match deferred::inside(|| unsafe { registry::register(consumer(ev)) }) {
                 Ok(_) => {}
