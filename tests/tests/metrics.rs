@@ -261,12 +261,15 @@ fn prometheus_scrapes_exact_counts_and_buckets() {
         (r#"uprobe_arg_value_bucket{event="value",le="99"}"#, "100"),
         (r#"uprobe_arg_value_bucket{event="value",le="+Inf"}"#, "100"),
         (r#"uprobe_arg_value_count{event="value"}"#, "100"),
+        (r#"uprobe_arg_value_sum{event="value"}"#, "4950"),
         // --hist sized.key: v called v times for v = 1..20, log2 buckets [1,2), [2,4), ...
         (r#"uprobe_arg_value_bucket{event="sized",le="1"}"#, "1"),
         (r#"uprobe_arg_value_bucket{event="sized",le="3"}"#, "6"),
         (r#"uprobe_arg_value_bucket{event="sized",le="7"}"#, "28"),
         (r#"uprobe_arg_value_bucket{event="sized",le="15"}"#, "120"),
         (r#"uprobe_arg_value_bucket{event="sized",le="31"}"#, "210"),
+        // 1*1 + 2*2 + ... + 20*20
+        (r#"uprobe_arg_value_sum{event="sized"}"#, "2870"),
         (r#"uprobe_latency_seconds_count{function="nap"}"#, "5"),
         (r#"uprobe_latency_seconds_bucket{function="nap",le="+Inf"}"#, "5"),
         (r#"uprobe_events_placed"#, "4"),

@@ -8,9 +8,9 @@
 //!   decided once (the first ones seen), so every served counter only grows.
 //! - `uprobe_hits_dropped_total`: hits whose key found no room in its thread's table;
 //!   `uprobe_hits_unkeyed_total`: hits of threads that had no block (counted, no key).
-//! - `uprobe_arg_value{pid,event,group,arg}`: `--hist`/`--lhist` as histograms; the runtime
-//!   keeps no sum of the values, so `_sum` is NaN; `uprobe_arg_faults_total`: values that
-//!   could not be read.
+//! - `uprobe_arg_value{pid,event,group,arg}`: `--hist`/`--lhist` as histograms, `_sum` the
+//!   sum of the values (NaN from a runtime that does not send it);
+//!   `uprobe_arg_faults_total`: values that could not be read.
 //! - `uprobe_latency_seconds{pid,function,event}`: `--latency` as histograms.
 //! - `uprobe_events`, `uprobe_events_placed`, `uprobe_program_running`,
 //!   `uprobe_start_time_seconds`: the session's health.
@@ -205,16 +205,13 @@ impl Store {
                 },
                 "hist" => {
                     let labels = base(&[event[0].clone(), event[1].clone(), ("arg", text(&line, "arg"))]);
-                    let h = self.histogram(&labels, &line, 1.0, f64::NAN);
+                    let sum = line.get("sum").and_then(Value::as_f64).unwrap_or(f64::NAN);
+                    let h = self.histogram(&labels, &line, 1.0, sum);
                     let mut m = metric(&labels);
                     m.set_histogram(h);
-                    b.family(
-                        "uprobe_arg_value",
-                        "An argument's values (--hist, --lhist); the sum of the values is not kept (NaN).",
-                        MetricType::HISTOGRAM,
-                    )
-                    .mut_metric()
-                    .push(m);
+                    b.family("uprobe_arg_value", "An argument's values (--hist, --lhist).", MetricType::HISTOGRAM)
+                        .mut_metric()
+                        .push(m);
                     b.counter(
                         "uprobe_arg_faults_total",
                         "Values that could not be read.",
@@ -397,7 +394,7 @@ mod tests {
         let out = encode(&store.update(&lat("[[4096,8192,1]]")).unwrap().list);
         assert!(out.contains(r#"le="0.000001023"} 0"#) && out.contains(r#"le="0.000008191"} 1"#));
         let hist = answer(&[
-            r#"{"kind":"hist","pid":7,"event":"f","group":"g","arg":"v","count":4,"faults":1,"min":0,"max":20,"step":10,"buckets":[[null,0,1],[0,10,2],[10,20,0],[20,null,1]]}"#,
+            r#"{"kind":"hist","pid":7,"event":"f","group":"g","arg":"v","count":4,"faults":1,"sum":-3,"min":0,"max":20,"step":10,"buckets":[[null,0,1],[0,10,2],[10,20,0],[20,null,1]]}"#,
         ]);
         let out = encode(&store.update(&hist).unwrap().list);
         let arg: Vec<&str> = out.lines().filter(|l| l.starts_with("uprobe_arg_")).collect();
@@ -409,7 +406,7 @@ mod tests {
                 r#"uprobe_arg_value_bucket{pid="7",event="f",group="g",arg="v",le="9"} 3"#,
                 r#"uprobe_arg_value_bucket{pid="7",event="f",group="g",arg="v",le="19"} 3"#,
                 r#"uprobe_arg_value_bucket{pid="7",event="f",group="g",arg="v",le="+Inf"} 4"#,
-                r#"uprobe_arg_value_sum{pid="7",event="f",group="g",arg="v"} NaN"#,
+                r#"uprobe_arg_value_sum{pid="7",event="f",group="g",arg="v"} -3"#,
                 r#"uprobe_arg_value_count{pid="7",event="f",group="g",arg="v"} 4"#,
             ]
         );

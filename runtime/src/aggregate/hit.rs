@@ -154,7 +154,11 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
         let h = &plans.hists[h];
         let arg = &ev.args[h.arg];
         match read::fetch_number(arg, regs, file_base) {
-            Some(raw) => b.add(h.at + h.scale.index(typed(arg, raw)), 1),
+            Some(raw) => {
+                let v = typed(arg, raw);
+                b.add(h.at + h.scale.index(v), 1);
+                b.add(h.sum, v as u64);
+            }
             None => b.add(h.faults, 1),
         }
     }

@@ -7,8 +7,8 @@
 //! {"kind":"count","event":"malloc","group":"uprobes","count":1532}
 //! {"kind":"count","event":"malloc","group":"uprobes","by":"size","count":1532,"keys":57,"dropped":0,"unblocked":0}
 //! {"kind":"count","event":"malloc","group":"uprobes","by":"size","key":32,"count":5011}
-//! {"kind":"hist","event":"malloc","group":"uprobes","arg":"size","count":1532,"faults":0,
-//!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded
+//! {"kind":"hist","event":"malloc","group":"uprobes","arg":"size","count":1532,"faults":0,"sum":...,
+//!  "buckets":[[0,1,3],[2,4,1],...]}                  [low, high, count], high excluded; sum as the type
 //! {"kind":"latency","function":"work","event":"work__return","probe":"jump","count":12,"total_ns":...,
 //!  "min_ns":...,"max_ns":...,"mean_ns":...,"buckets":[[1048576,2097152,12]]}
 //! {"kind":"filter","event":"malloc","group":"uprobes","hits":1532,"passed":12}
@@ -25,6 +25,7 @@ use crate::aggregate::buckets::Scale;
 use crate::aggregate::merge::Snapshot;
 use crate::aggregate::plan::Plans;
 use crate::aggregate::tables::{self, EventView, Frame, Left, Names};
+use crate::trace::fetch::Base;
 use crate::trace::format::json_string;
 
 /// The whole report.
@@ -99,6 +100,15 @@ pub fn write(
         }
         let values: u64 = snap.hists[h].iter().sum();
         let _ = write!(out, ",\"arg\":{},\"count\":{values},\"faults\":{}", quoted(arg), snap.faults[h]);
+        let ty = events.get(plan.event).and_then(|e| e.args.get(plan.arg)).map(|a| &a.ty);
+        match ty {
+            Some(ty) if ty.base == Base::Signed && ty.bitfield.is_none() => {
+                let _ = write!(out, ",\"sum\":{}", snap.sums[h] as i64);
+            }
+            _ => {
+                let _ = write!(out, ",\"sum\":{}", snap.sums[h]);
+            }
+        }
         if let Scale::Linear { min, max, step } = plan.scale {
             let _ = write!(out, ",\"min\":{min},\"max\":{max},\"step\":{step}");
         }
@@ -204,6 +214,7 @@ mod tests {
             unblocked: vec![0, 0],
             hists: vec![vec![0, 2, 0, 1]],
             faults: vec![0],
+            sums: vec![30],
             latencies: vec![Latency { hist: vec![0; 66], ..Latency::default() }],
             keys: [(KeyId::new(0, &[0x1f]), 3)].into_iter().collect(),
             ..Snapshot::default()
@@ -219,7 +230,7 @@ mod tests {
             [
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","count":3,"keys":1,"dropped":0,"unblocked":0}"#,
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","key":"0x1f","count":3}"#,
-                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
+                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"sum":30,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
                 r#"{"kind":"latency","pid":9,"function":"work","event":"w__return","probe":"jump","count":0,"total_ns":0,"min_ns":null,"max_ns":null,"mean_ns":null,"buckets":[]}"#,
             ]
         );

@@ -60,6 +60,8 @@ pub struct Snapshot {
     /// Per histogram: buckets, and values that could not be read.
     pub hists: Vec<Vec<u64>>,
     pub faults: Vec<u64>,
+    /// Per histogram: the sum of its values, modulo 2^64 (a signed argument's as i64).
+    pub sums: Vec<u64>,
     pub latencies: Vec<Latency>,
     pub keys: BTreeMap<KeyId, u64>,
     /// The blocks' recent owners and their names (thread ids of threads that may be gone).
@@ -80,6 +82,7 @@ pub fn take(plans: &Plans) -> Snapshot {
         failed: vec![0; n],
         hists: plans.hists.iter().map(|h| vec![0; h.scale.buckets()]).collect(),
         faults: vec![0; plans.hists.len()],
+        sums: vec![0; plans.hists.len()],
         latencies: plans
             .latencies
             .iter()
@@ -127,6 +130,7 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
             *c += b.get(plan.at + k);
         }
         s.faults[h] += b.get(plan.faults);
+        s.sums[h] = s.sums[h].wrapping_add(b.get(plan.sum));
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
         let at = plan.at;
@@ -199,6 +203,13 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
             .map(|(i, h)| minus(h, before.hists.get(i).map_or(&[][..], |v| v)))
             .collect(),
         faults: minus(&now.faults, &before.faults),
+        // Sums wrap (signed values): the difference does too.
+        sums: now
+            .sums
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| x.wrapping_sub(before.sums.get(i).copied().unwrap_or(0)))
+            .collect(),
         latencies,
         keys,
         names: now.names.clone(),
@@ -217,6 +228,7 @@ mod tests {
             counts: vec![10, 1],
             hists: vec![vec![0, 2, 3]],
             faults: vec![1],
+            sums: vec![2],
             latencies: vec![Latency {
                 calls: 4,
                 total: 400,
@@ -232,6 +244,7 @@ mod tests {
             counts: vec![15, 1],
             hists: vec![vec![1, 2, 5]],
             faults: vec![1],
+            sums: vec![7],
             latencies: vec![Latency {
                 calls: 6,
                 total: 700,
@@ -247,6 +260,7 @@ mod tests {
         assert_eq!(d.counts, [5, 0]);
         assert_eq!(d.hists, [vec![1, 0, 2]]);
         assert_eq!(d.faults, [0]);
+        assert_eq!(d.sums, [5]);
         assert_eq!(
             d.latencies[0],
             Latency { calls: 2, total: 300, min: None, max: None, entered: 2, hist: vec![0, 2] }

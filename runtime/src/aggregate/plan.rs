@@ -106,9 +106,11 @@ pub struct HistPlan {
     /// `EVENT.ARG`, for reports.
     pub name: String,
     pub scale: Scale,
-    /// First bucket's word; the faults word follows the last bucket.
+    /// First bucket's word; the faults word follows the last bucket, then the sum of the
+    /// values (two's complement: signed values wrap).
     pub at: usize,
     pub faults: usize,
+    pub sum: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,6 +286,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                 scale: h.scale,
                 at: 0,
                 faults: 0,
+                sum: 0,
             });
         }
     }
@@ -380,7 +383,8 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
     for h in hists.iter_mut() {
         h.at = at;
         h.faults = at + h.scale.buckets();
-        at = h.faults + 1;
+        h.sum = h.faults + 1;
+        at = h.sum + 1;
     }
     for l in latencies.iter_mut() {
         l.at = at;
@@ -451,8 +455,8 @@ mod tests {
         let l = p.layout;
         assert_eq!((l.counts, l.dropped), (HEADER_WORDS, HEADER_WORDS + 3));
         assert_eq!((l.failed, p.hists[0].at), (HEADER_WORDS + 6, HEADER_WORDS + 9));
-        assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 1);
-        assert_eq!(p.latencies[0].at, p.hists[1].faults + 1);
+        assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 2);
+        assert_eq!(p.latencies[0].at, p.hists[1].sum + 1);
         assert_eq!((l.key_words, l.slot_words), (1, 3));
         assert_eq!(l.words, l.keys + KEY_SLOTS * 3);
         assert_eq!(p.hists[1].name, "malloc.size");

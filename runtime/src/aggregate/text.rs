@@ -264,6 +264,7 @@ mod tests {
             unblocked: vec![0; 3],
             hists: vec![hist],
             faults: vec![1],
+            sums: vec![0],
             latencies: vec![Latency {
                 calls: 2,
                 total: 3_000_001,
