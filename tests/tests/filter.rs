@@ -274,6 +274,29 @@ fn bad_filters_are_one_line_and_exit_2_before_the_program_starts() {
     assert_eq!(e, "uprobe-run: --filter 'nosuch: tid == 1': no event named nosuch (events: t)\n");
     let e = refused(&["-e", &def, "--filter", "size > 1"]);
     assert_eq!(e, "uprobe-run: --filter 'size > 1': expected EVENT: EXPR\n");
+    // A constant the field's own type cannot hold could never compare true: refused by its range.
+    let e = refused(&["-e", &format!("{def} if delta == 3000000000")]);
+    assert!(
+        e.ends_with(&format!(
+            "at column {}: expected a signed 32-bit number (-2147483648 to 2147483647) for delta (s32), not 3000000000\n",
+            col + 9
+        )),
+        "{e}"
+    );
+    let e = refused(&["-e", &format!("p:f/u {p}:take size=%di:u8 if size == 256")]);
+    assert!(e.ends_with("expected an unsigned 8-bit number (0 to 255) for size (u8), not 256\n"), "{e}");
+    let e = refused(&["-e", &def, "--filter", "t: tid == 99999999999"]);
+    assert!(
+        e.ends_with(
+            "at column 11: expected a signed 32-bit number (-2147483648 to 2147483647) for tid (s32), not 99999999999\n"
+        ),
+        "{e}"
+    );
+    let e = refused(&["-e", &def, "--filter", "t: cpu == -1"]);
+    assert!(
+        e.ends_with("at column 11: expected an unsigned 32-bit number (0 to 4294967295) for cpu (u32), not -1\n"),
+        "{e}"
+    );
 }
 
 #[test]

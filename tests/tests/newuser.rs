@@ -1,6 +1,7 @@
 //! What a new user meets first: output that cannot be written, `-o -`, drops with the
 //! default buffer, drops in machine-readable formats, skipped events under `--lenient`, a
-//! module name with a typo, bad numbers, the bundled handlers from an installed copy, and a
+//! module name with a typo, bad numbers, the bundled handlers from an installed copy, a reader
+//! that goes away mid-stream (records read + lost = hits), and a
 //! test suite run with SIGINT and SIGHUP ignored.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -300,4 +301,74 @@ fn the_signal_tests_pass_when_the_caller_ignores_sigint_and_sighup() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{:?} {:?}\n{stdout}", out.status, out.status.signal());
     assert!(stdout.contains("test result: ok. 2 passed"), "{stdout}");
+}
+
+/// The states of every thread of every process in process group `pgid`.
+fn group_states(pgid: i32) -> Vec<char> {
+    let mut states = Vec::new();
+    for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(proc.path().join("stat")) else { continue };
+        let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(2).and_then(|g| g.parse::<i32>().ok()) != Some(pgid) {
+            continue;
+        }
+        for task in std::fs::read_dir(proc.path().join("task")).into_iter().flatten().flatten() {
+            if let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) {
+                states.extend(stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()));
+            }
+        }
+    }
+    states
+}
+
+#[test]
+fn a_reader_that_goes_away_leaves_records_read_plus_lost_equal_to_the_hits() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let _serial = serial();
+    let prog = fixture("filter", &["-O1", "-g", "-fno-inline", "-Wall", "-Wextra"]);
+    let calls = 20_000;
+    let def = format!("p:f/t {}:take size=%di:u64 delta=%si:s32 name=+0(%dx):string flags=%cx:u32", prog.display());
+    let mut cmd = Command::new(uprobe_run());
+    default_signals(&mut cmd)
+        .args(int3_only().then_some("--no-optimize"))
+        // Buffers that hold every record: none is dropped while the reader holds the writer up.
+        .args(["--buffer-size", "64M", "-o", "-", "-e", &def, prog.to_str().unwrap(), &calls.to_string(), "clean"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().expect("run uprobe-run");
+    let pgid = child.id() as i32;
+    let mut stdout = child.stdout.take().unwrap();
+    // A reader that takes a fixed number of bytes and goes away, as `head -c` does.
+    let mut got = vec![0u8; 100_000];
+    stdout.read_exact(&mut got).expect("the first bytes of the stream");
+    // What the writer put in the pipe beyond them counts as written: stop every writer, take
+    // what the pipe holds, then close it, so that the bytes received are all that was written.
+    // SAFETY: signals to the process group of the child started above.
+    unsafe { libc::killpg(pgid, libc::SIGSTOP) };
+    while group_states(pgid).iter().any(|s| !matches!(s, 'T' | 'Z' | 'X')) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let fd = stdout.as_raw_fd();
+    // SAFETY: fcntl on the pipe this test owns.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+    let mut rest = Vec::new();
+    let _ = stdout.read_to_end(&mut rest);
+    got.extend_from_slice(&rest);
+    drop(stdout);
+    // SAFETY: as above.
+    unsafe { libc::killpg(pgid, libc::SIGCONT) };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    let received = text(&got).split_inclusive('\n').filter(|l| l.ends_with('\n') && l.contains(" t: (")).count();
+    let lost: usize = stderr
+        .split_once("Broken pipe: lost ")
+        .and_then(|(_, rest)| rest.strip_suffix(" event records\n"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lost records said ({status:?}): {stderr}"));
+    assert!(received > 0 && lost > 0, "received {received}, lost {lost}");
+    assert_eq!(received + lost, calls, "received {received} + lost {lost}: {stderr}");
 }

@@ -42,9 +42,10 @@ static NAME: OnceLock<String> = OnceLock::new();
 
 /// What a failed write loses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// Formatted event records, this many.
-    Records(u64),
+pub enum Lost<'a> {
+    /// Formatted event records, each ending at its offset of the bytes, in order: those not
+    /// wholly written are lost (what follows the last record, such as end lines, is not one).
+    Records(&'a [usize]),
     /// An aggregation report.
     Report,
     /// A line of a handler or of the runtime.
@@ -56,18 +57,21 @@ pub enum Lost {
 pub fn write_counted(bytes: &[u8], lost: Lost) -> bool {
     match sys::write_all(FD.load(Ordering::Relaxed), bytes) {
         Ok(()) => true,
-        Err(e) => {
-            note_failure(e, lost);
+        Err((e, written)) => {
+            note_failure(e, written, lost);
             false
         }
     }
 }
 
-/// Remembers a failed write of the output (signal-safe).
-pub fn note_failure(errno: i32, lost: Lost) {
+/// Remembers a write of the output that failed after `written` bytes (signal-safe).
+pub fn note_failure(errno: i32, written: usize, lost: Lost) {
     let _ = FAILED.compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Relaxed);
     match lost {
-        Lost::Records(n) => LOST_RECORDS.fetch_add(n, Ordering::Relaxed),
+        Lost::Records(ends) => {
+            let whole = ends.partition_point(|&end| end <= written);
+            LOST_RECORDS.fetch_add((ends.len() - whole) as u64, Ordering::Relaxed)
+        }
         Lost::Report => LOST_REPORTS.fetch_add(1, Ordering::Relaxed),
         Lost::Line => LOST_LINES.fetch_add(1, Ordering::Relaxed),
     };
@@ -186,7 +190,10 @@ fn write_out(caller: usize, bytes: &[u8]) {
     let _ = match route::fd_for(caller) {
         Some(fd) => send(fd, bytes),
         None if SOCKET.load(Ordering::Relaxed) => send(FD.load(Ordering::Relaxed), bytes),
-        None => sys::write_all(FD.load(Ordering::Relaxed), bytes).inspect_err(|&e| note_failure(e, Lost::Line)),
+        None => sys::write_all(FD.load(Ordering::Relaxed), bytes).map_err(|(e, n)| {
+            note_failure(e, n, Lost::Line);
+            e
+        }),
     };
 }
 

@@ -222,14 +222,16 @@ pub fn mprotect(addr: usize, len: usize, prot: i32) -> Result<(), Errno> {
     unsafe { call(Call::Mprotect, libc::SYS_mprotect, [addr, len, prot as usize, 0, 0, 0]).map(drop) }
 }
 
-/// Writes all of `buf` to `fd`, retrying on EINTR and short writes.
-pub fn write_all(fd: i32, mut buf: &[u8]) -> Result<(), Errno> {
+/// Writes all of `buf` to `fd`, retrying on EINTR and short writes; an error comes with how
+/// many bytes were written before it (a write cut short, as by a reader that went away).
+pub fn write_all(fd: i32, mut buf: &[u8]) -> Result<(), (Errno, usize)> {
+    let len = buf.len();
     while !buf.is_empty() {
         // SAFETY: `buf` is a valid readable slice for its length.
         match unsafe { call(Call::Write, libc::SYS_write, [fd as usize, buf.as_ptr() as usize, buf.len(), 0, 0, 0]) } {
             Ok(n) => buf = &buf[n.min(buf.len())..],
             Err(libc::EINTR) => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err((e, len - buf.len())),
         }
     }
     Ok(())

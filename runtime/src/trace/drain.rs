@@ -115,7 +115,7 @@ pub fn start(format: Format) {
         done: false,
     });
     if format == Format::Chrome {
-        write_out(b"{\"traceEvents\":[", 0);
+        write_out(b"{\"traceEvents\":[", &[]);
     }
     spawn();
 }
@@ -128,10 +128,10 @@ fn format() -> Format {
     }
 }
 
-/// Writes formatted output holding `records` records; what cannot be written is counted as
-/// lost (the program must go on).
-fn write_out(bytes: &[u8], records: usize) {
-    output::write_counted(bytes, output::Lost::Records(records as u64));
+/// Writes formatted output whose records end at offsets `ends`; the records a failed write
+/// did not wholly write are counted as lost (the program must go on).
+fn write_out(bytes: &[u8], ends: &[usize]) {
+    output::write_counted(bytes, output::Lost::Records(ends));
 }
 
 /// Starts the drain thread with every asynchronous signal blocked, so that none of the
@@ -215,8 +215,12 @@ fn pass(last: bool) -> bool {
     out.clear();
     let arena = core::mem::replace(&mut st.arena, core::mem::take(&mut st.spare));
     st.arena.clear();
+    let mut ends = Vec::with_capacity(batch.len());
     for (i, s) in batch.iter().enumerate() {
         emit(st, s, &arena[s.at..s.at + s.len], &mut out);
+        if ends.last().copied().unwrap_or(0) < out.len() {
+            ends.push(out.len());
+        }
         // Formatting is slower than recording: a ring filling meanwhile is emptied into the
         // new arena, staged after the records held back.
         if i % URGENT_EVERY == URGENT_EVERY - 1 && buffers::any_past_high_water() {
@@ -235,7 +239,7 @@ fn pass(last: bool) -> bool {
         st.done = true;
     }
     if !out.is_empty() {
-        write_out(&out, batch.len());
+        write_out(&out, &ends);
     }
     st.out = out;
     !last

@@ -48,6 +48,8 @@ pub struct FieldInfo {
     pub ty: FieldType,
     /// The type as the user wrote or got it (`u64`, `s32`, `string`), for messages.
     pub shown: String,
+    /// The width of a number in bits (a bitfield's width): the range its constants must fit.
+    pub bits: u8,
 }
 
 /// The fields of events made from `def`: its fetchargs, `$retval` on a return event, and the
@@ -65,27 +67,32 @@ pub fn fields_of(def: &Definition) -> Vec<FieldInfo> {
         } else {
             FieldType::Unsigned
         };
-        out.push(FieldInfo { name: a.name.clone(), field: Field::Arg(i as u8), ty, shown: type_name(a) });
+        let bits = a.ty.bitfield.map_or(a.ty.size.saturating_mul(8), |b| b.width);
+        out.push(FieldInfo { name: a.name.clone(), field: Field::Arg(i as u8), ty, shown: type_name(a), bits });
     }
     if def.kind == Kind::Return {
         // `$retval` is the value as a fetcharg of it types it, else a 64-bit word.
         let typed = def.args.iter().position(|a| a.fetch == Fetch::Retval && a.ty.count.is_none());
         let info = match typed {
             Some(i) => FieldInfo { name: "$retval".into(), ..out[i].clone() },
-            None => {
-                FieldInfo { name: "$retval".into(), field: Field::Retval, ty: FieldType::Unsigned, shown: "x64".into() }
-            }
+            None => FieldInfo {
+                name: "$retval".into(),
+                field: Field::Retval,
+                ty: FieldType::Unsigned,
+                shown: "x64".into(),
+                bits: 64,
+            },
         };
         out.push(info);
     }
-    for (name, field, ty, shown) in [
-        ("comm", Field::Comm, FieldType::String, "string"),
-        ("tid", Field::Tid, FieldType::Signed, "s32"),
-        ("common_pid", Field::Tid, FieldType::Signed, "s32"),
-        ("cpu", Field::Cpu, FieldType::Unsigned, "u32"),
-        ("common_cpu", Field::Cpu, FieldType::Unsigned, "u32"),
+    for (name, field, ty, shown, bits) in [
+        ("comm", Field::Comm, FieldType::String, "string", 0),
+        ("tid", Field::Tid, FieldType::Signed, "s32", 32),
+        ("common_pid", Field::Tid, FieldType::Signed, "s32", 32),
+        ("cpu", Field::Cpu, FieldType::Unsigned, "u32", 32),
+        ("common_cpu", Field::Cpu, FieldType::Unsigned, "u32", 32),
     ] {
-        out.push(FieldInfo { name: name.into(), field, ty, shown: shown.into() });
+        out.push(FieldInfo { name: name.into(), field, ty, shown: shown.into(), bits });
     }
     out
 }
@@ -337,13 +344,35 @@ impl Parser<'_, '_> {
                     Err(_) => return err(value_at, format!("a number for {name} ({shown}), not a string")),
                 };
                 let signed = ty == FieldType::Signed;
-                let Some(v) = number(&text, signed) else {
-                    let range = if signed { "a signed 64-bit number" } else { "an unsigned 64-bit number" };
+                let bits = field.bits.clamp(1, 64);
+                let Some(v) = number(&text, signed).filter(|&v| fits_in(v, signed, bits)) else {
+                    let range = if signed {
+                        let max = (1u64 << (bits - 1)) - 1;
+                        format!("a signed {bits}-bit number (-{} to {max})", max + 1)
+                    } else {
+                        format!("an unsigned {bits}-bit number (0 to {})", u64::MAX >> (64 - bits))
+                    };
                     return err(value_at, format!("{range} for {name} ({shown}), not {text}"));
                 };
                 self.push(Node::Num { field: field.field, op, signed, value: v })
             }
         }
+    }
+}
+
+/// Whether `v` (as [`number`] gave it) is in the range of a `bits`-wide field: `0..2^bits`
+/// unsigned, `-2^(bits-1)..2^(bits-1)` signed. A constant outside it could never equal the
+/// field's value, so it is a mistake (`size=%di:u8 if size == 256`).
+fn fits_in(v: u64, signed: bool, bits: u8) -> bool {
+    if bits >= 64 {
+        return true;
+    }
+    if signed {
+        let v = v as i64;
+        let half = 1i64 << (bits - 1);
+        (-half..half).contains(&v)
+    } else {
+        v >> bits == 0
     }
 }
 
