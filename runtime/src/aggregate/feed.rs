@@ -84,22 +84,10 @@ pub fn start(fd: i32) {
         }
         core::ptr::null_mut()
     }
-    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
-    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
-    let old = sys::set_signal_mask(!keep);
-    world::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
-    let mut thread: libc::pthread_t = 0;
-    // SAFETY: a thread running `main`, which takes no argument.
-    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, core::ptr::null_mut()) };
-    if rc == 0 {
-        THREAD.store(true, Ordering::SeqCst);
-        // SAFETY: a thread just created, never joined.
-        unsafe { libc::pthread_detach(thread) };
-    } else {
-        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
-        output::message(format_args!("cannot start the metrics feed (error {rc}): nothing is served"));
+    match world::spawn(main, 0) {
+        Ok(()) => THREAD.store(true, Ordering::SeqCst),
+        Err(rc) => output::message(format_args!("cannot start the metrics feed (error {rc}): nothing is served")),
     }
-    sys::set_signal_mask(old);
 }
 
 /// In the child of `fork`: the feed thread stayed in the parent (which answers for the

@@ -159,22 +159,13 @@ fn spawn(period: u64) {
             report(false);
         }
     }
-    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
-    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
-    let old = sys::set_signal_mask(!keep);
-    world::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
-    let mut thread: libc::pthread_t = 0;
-    // SAFETY: a thread running `main`, whose argument is the period as a number.
-    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, period as *mut libc::c_void) };
-    if rc == 0 {
-        INTERVAL_THREAD.store(true, Ordering::SeqCst);
-        // SAFETY: a thread just created, never joined.
-        unsafe { libc::pthread_detach(thread) };
-    } else {
-        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
-        output::message(format_args!("cannot start the interval reports (error {rc}): one report at the end only"));
+    // The thread's argument is the period, as a number.
+    match world::spawn(main, period as usize) {
+        Ok(()) => INTERVAL_THREAD.store(true, Ordering::SeqCst),
+        Err(rc) => {
+            output::message(format_args!("cannot start the interval reports (error {rc}): one report at the end only"))
+        }
     }
-    sys::set_signal_mask(old);
 }
 
 /// In the child of `fork`: the interval thread stayed in the parent (the child reports

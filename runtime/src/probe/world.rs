@@ -56,6 +56,33 @@ static OWN_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// writer holds), so they do not count against a process being alone.
 pub static RUNTIME_THREADS: AtomicU32 = AtomicU32::new(0);
 
+/// Starts one of the runtime's own threads (a drain, a report or a feed thread), detached
+/// and counted in [`RUNTIME_THREADS`], with every signal blocked but the synchronous ones
+/// (the program's signals are never delivered to it); the error of `pthread_create`.
+#[allow(unsafe_code)]
+pub fn spawn(main: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void, arg: usize) -> Result<(), i32> {
+    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
+    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
+    let old = sys::set_signal_mask(!keep);
+    RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `main` is a thread entry point of the C ABI taking `arg` as its argument;
+    // default attributes.
+    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, arg as *mut libc::c_void) };
+    if rc == 0 {
+        // SAFETY: a thread just created, never joined.
+        unsafe { libc::pthread_detach(thread) };
+    } else {
+        RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+    }
+    sys::set_signal_mask(old);
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
 /// Serves the batches of thread `tid` with `world` from now on.
 pub fn install(tid: i32, world: &'static dyn World) {
     *WORLD.lock() = Some((tid, world));

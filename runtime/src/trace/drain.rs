@@ -153,21 +153,9 @@ fn spawn() {
             }
         }
     }
-    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGTRAP, libc::SIGILL, libc::SIGFPE];
-    let keep = synchronous.iter().fold(0u64, |m, s| m | 1 << (s - 1));
-    let old = sys::set_signal_mask(!keep);
-    world::RUNTIME_THREADS.fetch_add(1, Ordering::SeqCst);
-    let mut thread: libc::pthread_t = 0;
-    // SAFETY: a thread running `main`, which takes no argument; its attributes are default.
-    let rc = unsafe { libc::pthread_create(&mut thread, core::ptr::null(), main, core::ptr::null_mut()) };
-    if rc == 0 {
-        // SAFETY: a thread just created, never joined.
-        unsafe { libc::pthread_detach(thread) };
-    } else {
-        world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+    if let Err(rc) = world::spawn(main, 0) {
         output::message(format_args!("cannot start the drain thread (error {rc}): events are written at exit only"));
     }
-    sys::set_signal_mask(old);
 }
 
 /// In the child of `fork`: a fresh stream state and drain thread of its own.
