@@ -18,6 +18,10 @@ pub const MEMFD_PREFIX: &str = "/memfd:libuprobe.so";
 /// The file name an attach session's agent thread carries (its `comm`).
 pub const AGENT_NAME: &str = "uprobe-agent";
 
+/// How long a process that seems to lack glibc is watched for its exit (see `check_libc`).
+const EXIT_CHECKS: u32 = 20;
+const EXIT_CHECK_GAP: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// One mapping of `/proc/PID/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -185,7 +189,8 @@ impl Target {
         Ok(())
     }
 
-    /// glibc is mapped (not musl, not no C library at all).
+    /// glibc is mapped (not musl, not no C library at all). A refusal waits up to
+    /// `EXIT_CHECKS * EXIT_CHECK_GAP` for a process that is on its way out to end.
     fn check_libc(&self) -> Result<(), AttachError> {
         let maps = self.maps()?;
         let not_glibc = |what: String| AttachError::NotGlibc { pid: self.pid, exe: self.exe.clone(), what };
@@ -193,9 +198,15 @@ impl Target {
             return Err(not_glibc(format!("it uses musl ({})", m.path)));
         }
         if self.libc(&maps).is_none() {
-            // An exiting process has its mappings gone already.
+            // An exiting process loses its mappings (all, or some of them) before it is a
+            // zombie: give it a moment to show that it is gone before calling it not glibc.
             let exiting = maps.is_empty().then_some(AttachError::ExitedDuringAttach { pid: self.pid });
-            let cause = self.changed().or(exiting);
+            let cause = self.changed().or(exiting).or_else(|| {
+                (0..EXIT_CHECKS).find_map(|_| {
+                    std::thread::sleep(EXIT_CHECK_GAP);
+                    self.changed()
+                })
+            });
             return Err(cause.unwrap_or_else(|| not_glibc("no libc.so.6 is mapped in it".into())));
         }
         Ok(())
