@@ -165,9 +165,8 @@ extern "C" fn give_back() {
 #[allow(unsafe_code)]
 fn free(table: Table) {
     let entries = table.entries as *const [Entry] as *mut [Entry];
-    // SAFETY: the entries came from Box::leak in `init`; every probe among them is
-    // unregistered (the runtime holds no pointer to it and no handler of it runs), and the
-    // table was taken out of RETIRED, the last reference to them.
+    // Every probe among the entries is unregistered: the runtime holds no pointer to it.
+    // SAFETY: leaked by Box::leak in `init`; taken out of RETIRED, their last reference.
     drop(unsafe { Box::from_raw(entries) });
     for name in table.names {
         // SAFETY: leaked in `entry`, referred to only by the probes just given back.

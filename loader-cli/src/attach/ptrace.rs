@@ -79,9 +79,8 @@ pub fn signal_frame_fp_sw_bytes() -> Option<[u8; 48]> {
     static SEEN: AtomicBool = AtomicBool::new(false);
     static mut BYTES: [u8; 48] = [0; 48];
     extern "C" fn handler(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut libc::c_void) {
-        // SAFETY: the kernel passes a valid ucontext; its fpregs point into the signal frame,
-        // 512 bytes of legacy FXSAVE area at least; only this handler writes BYTES, and only
-        // while the one raise() below runs.
+        // The kernel passes a valid ucontext; only this handler writes BYTES, during the raise().
+        // SAFETY: fpregs point into the signal frame: 512 bytes of FXSAVE area at least.
         unsafe {
             let fpregs = (*(context as *mut libc::ucontext_t)).uc_mcontext.fpregs as *const u8;
             if !fpregs.is_null() {
@@ -90,9 +89,8 @@ pub fn signal_frame_fp_sw_bytes() -> Option<[u8; 48]> {
             }
         }
     }
-    // SAFETY: a zeroed sigaction is valid; SIGURG is ignored by default, so borrowing it for
-    // one raise() and putting the old action back changes nothing else; the handler only
-    // copies bytes.
+    // SIGURG is ignored by default: borrowing it for one raise() changes nothing else.
+    // SAFETY: a zeroed sigaction is valid; the old action is put back; the handler copies bytes.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = handler as *const () as usize;
