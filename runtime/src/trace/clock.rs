@@ -28,7 +28,7 @@ static NS0: AtomicU64 = AtomicU64::new(0);
 static TSC1: AtomicU64 = AtomicU64::new(0);
 static NS1: AtomicU64 = AtomicU64::new(0);
 
-/// Which clock records use, for `--verbose` and the README's claim.
+/// Which clock records use, for `--verbose` and the claim of docs/events.md (The stream).
 pub fn describe() -> &'static str {
     if USE_TSC.load(Ordering::Relaxed) {
         "rdtsc (and rdpid or rdtscp for the CPU), calibrated against the vDSO's CLOCK_MONOTONIC"
