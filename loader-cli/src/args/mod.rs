@@ -1,6 +1,12 @@
-//! The command line.
+//! The arguments: the command line's definitions (clap), with the checks a value makes on
+//! its own (numbers, sizes, seconds), and the `--config` file's format ([`config`]). What
+//! the options mean together is the plan's to judge (`crate::plan`).
+//!
+//! Context: uprobe-run's own process, first thing.
 
-use crate::error::Error;
+pub mod config;
+
+use crate::base::error::Error;
 use clap::error::ErrorKind;
 use clap::Parser;
 use std::ffi::OsString;

@@ -4,68 +4,100 @@
 //! runtime's to check, against the definitions it resolves, before the program starts.
 
 use std::ffi::OsString;
+use std::time::Duration;
 
-use crate::cli::{Cli, Format};
-use crate::error::Error;
+use crate::args::{Cli, Format};
+use crate::base::error::Error;
 
-/// The records for the aggregation options of `cli`, or the one line refusing them.
-pub fn records(cli: &Cli) -> Result<Vec<(&'static str, OsString)>, Error> {
-    let aggregating = cli.count || !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
-    let needs = |set: bool, option: &'static str, reason: &'static str| match set {
-        true => Err(Error::Aggregate { option, reason }),
-        false => Ok(()),
-    };
-    needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
-    needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
-    needs(
-        cli.cumulative && cli.interval.is_none(),
-        "--cumulative",
-        "applies to interval reports: it needs --interval",
-    )?;
-    needs(
-        cli.interval.is_some() && !aggregating,
-        "--interval",
-        "needs a report: --count, --hist, --lhist or --latency",
-    )?;
-    let no_events = cli.events.is_empty() && cli.event_files.is_empty();
-    needs(cli.count && no_events, "--count", "no events to count (define them with -e or --events)")?;
-    let histograms = !cli.hists.is_empty() || !cli.lhists.is_empty();
-    needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
-    needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
+/// What a run aggregates; all empty when it streams records instead.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Aggregation {
+    pub count: bool,
+    /// `--by KEY[,KEY...]`: the keys, in order (the runtime checks them against the events).
+    pub by: Option<Vec<String>>,
+    pub top: Option<u64>,
+    /// `--hist EVENT.ARG`.
+    pub hists: Vec<String>,
+    /// `--lhist EVENT.ARG,MIN,MAX,STEP`.
+    pub lhists: Vec<String>,
+    /// `--latency WHERE`.
+    pub latency: Vec<String>,
+    pub interval: Option<Duration>,
+    pub cumulative: bool,
+}
 
-    let mut out: Vec<(&'static str, OsString)> = Vec::new();
-    let mut value = |key: &'static str, option: &'static str, text: &str| {
-        if text.contains('\n') {
-            return Err(Error::AggregateValue { option, value: text.to_owned(), reason: "contains a newline" });
+impl Aggregation {
+    /// The aggregation options of `cli`, or the one line refusing them.
+    pub fn new(cli: &Cli) -> Result<Aggregation, Error> {
+        let aggregating = cli.count || !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
+        let needs = |set: bool, option: &'static str, reason: &'static str| match set {
+            true => Err(Error::Aggregate { option, reason }),
+            false => Ok(()),
+        };
+        needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
+        needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
+        needs(
+            cli.cumulative && cli.interval.is_none(),
+            "--cumulative",
+            "applies to interval reports: it needs --interval",
+        )?;
+        needs(
+            cli.interval.is_some() && !aggregating,
+            "--interval",
+            "needs a report: --count, --hist, --lhist or --latency",
+        )?;
+        let no_events = cli.events.is_empty() && cli.event_files.is_empty();
+        needs(cli.count && no_events, "--count", "no events to count (define them with -e or --events)")?;
+        let histograms = !cli.hists.is_empty() || !cli.lhists.is_empty();
+        needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
+        needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
+
+        let one_line = |option: &'static str, texts: &[String]| match texts.iter().find(|t| t.contains('\n')) {
+            Some(text) => Err(Error::AggregateValue { option, value: text.clone(), reason: "contains a newline" }),
+            None => Ok(texts.to_vec()),
+        };
+        let by = cli.by.as_ref().map(|keys| one_line("--by", std::slice::from_ref(keys))).transpose()?;
+        let by = by.map(|keys| keys.concat().split(',').map(str::to_owned).collect());
+        Ok(Aggregation {
+            count: cli.count,
+            by,
+            top: cli.top,
+            hists: one_line("--hist", &cli.hists)?,
+            lhists: one_line("--lhist", &cli.lhists)?,
+            latency: one_line("--latency", &cli.latency)?,
+            interval: cli.interval.map(Duration::from_nanos),
+            cumulative: cli.cumulative,
+        })
+    }
+
+    /// Whether the run aggregates (and keeps no records).
+    pub fn is_empty(&self) -> bool {
+        *self == Aggregation::default()
+    }
+
+    /// The `UPROBE_RUN_SPEC` records, in the order the runtime reads them.
+    pub fn records(&self) -> Vec<(&'static str, OsString)> {
+        let mut out: Vec<(&'static str, OsString)> = Vec::new();
+        if self.count {
+            out.push(("count", "".into()));
         }
-        out.push((key, text.into()));
-        Ok(())
-    };
-    if cli.count {
-        value("count", "--count", "")?;
+        if let Some(keys) = &self.by {
+            out.push(("by", keys.join(",").into()));
+        }
+        if let Some(n) = self.top {
+            out.push(("top", n.to_string().into()));
+        }
+        out.extend(self.hists.iter().map(|h| ("hist", h.into())));
+        out.extend(self.lhists.iter().map(|h| ("lhist", h.into())));
+        out.extend(self.latency.iter().map(|l| ("latency", l.into())));
+        if let Some(interval) = self.interval {
+            out.push(("interval", interval.as_nanos().to_string().into()));
+        }
+        if self.cumulative {
+            out.push(("cumulative", "".into()));
+        }
+        out
     }
-    if let Some(key) = &cli.by {
-        value("by", "--by", key)?;
-    }
-    if let Some(n) = cli.top {
-        value("top", "--top", &n.to_string())?;
-    }
-    for h in &cli.hists {
-        value("hist", "--hist", h)?;
-    }
-    for h in &cli.lhists {
-        value("lhist", "--lhist", h)?;
-    }
-    for l in &cli.latency {
-        value("latency", "--latency", l)?;
-    }
-    if let Some(ns) = cli.interval {
-        value("interval", "--interval", &ns.to_string())?;
-    }
-    if cli.cumulative {
-        value("cumulative", "--cumulative", "")?;
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -75,8 +107,8 @@ mod tests {
     fn records_of(args: &[&str]) -> Result<Vec<(&'static str, String)>, String> {
         let cli = Cli::parse_from_args(std::iter::once("uprobe-run").chain(args.iter().copied()).chain(["./t"]))
             .map_err(|e| e.to_string())?;
-        records(&cli)
-            .map(|r| r.into_iter().map(|(k, v)| (k, v.into_string().unwrap())).collect())
+        Aggregation::new(&cli)
+            .map(|a| a.records().into_iter().map(|(k, v)| (k, v.into_string().unwrap())).collect())
             .map_err(|e| e.to_string())
     }
 
