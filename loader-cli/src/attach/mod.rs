@@ -37,6 +37,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::base::error::Error;
+use crate::base::{check, runtime};
+use crate::plan::{self, Output};
 use inject::{Arg, Hijacked};
 use stop::{Held, StopError};
 use target::{Mapping, Target};
@@ -62,8 +65,37 @@ pub struct Request {
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
 
+/// Attaches as `plan` says, once the runtime and the handler libraries are checked, and runs
+/// the session; returns uprobe-run's exit status.
+pub fn run(plan: plan::Attach) -> Result<i32, Error> {
+    let (runtime, runtime_bytes) = runtime::for_attach()?;
+    let handlers = check::handlers(&plan.setup.handlers)?;
+    let switches = plan.setup.switches;
+    let request = Request {
+        pid: plan.pid,
+        runtime,
+        runtime_bytes,
+        handlers,
+        params: plan.setup.params.iter().map(|p| p.to_string()).collect(),
+        output: plan.setup.output.map(|output| match output {
+            Output::Stdout => PathBuf::from("-"),
+            Output::File(path) => path,
+        }),
+        options: switches.names().into_iter().map(String::from).collect(),
+        duration: plan.duration,
+        verbose: switches.verbose,
+    };
+    Ok(attach(request)?)
+}
+
+impl From<AttachError> for Error {
+    fn from(error: AttachError) -> Error {
+        Error::Attach(Box::new(error))
+    }
+}
+
 /// Attaches as `request` says and runs the session; returns uprobe-run's exit status.
-pub fn run(request: Request) -> Result<i32, AttachError> {
+fn attach(request: Request) -> Result<i32, AttachError> {
     let started = Instant::now();
     // First: a Ctrl-C from now on ends the session properly instead of killing uprobe-run
     // half-way through.

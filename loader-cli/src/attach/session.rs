@@ -16,7 +16,7 @@ use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
 use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 use crate::attach::{net, Request};
-use crate::launch;
+use crate::base::spec;
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -91,7 +91,7 @@ pub fn output_checked(status: i32) -> i32 {
     let name = NAME.get().map_or("standard error", String::as_str);
     eprintln!(
         "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
-        crate::error::describe(&error)
+        crate::base::error::describe(&error)
     );
     if status == 0 {
         74
@@ -188,7 +188,7 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
+        let records = spec::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
         let records = records.to_string_lossy().into_owned();
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);

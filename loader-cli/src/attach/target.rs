@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::attach::error::{AttachError, Yama};
 use crate::attach::ptrace;
-use crate::elf;
+use crate::base::elf;
 
 /// How a runtime an attach loaded from a memory file appears in `/proc/PID/maps` (followed
 /// by ` (deleted)`).
