@@ -1,15 +1,15 @@
 //! The aggregation options (`--count`, `--by`, `--top`, `--hist`, `--lhist`, `--latency`,
 //! `--interval`, `--cumulative`): checked for what makes sense together, then passed to the
-//! runtime as `UPROBE_RUN_SPEC` records. What they name (events, arguments, functions) is the
+//! runtime in the run's spec. What they name (events, arguments, functions) is the
 //! runtime's to check, against the definitions it resolves, before the program starts.
 
-use std::ffi::OsString;
+use uprobe_contracts::spec::Aggregate;
 
 use crate::cli::{Cli, Format};
 use crate::error::Error;
 
-/// The records for the aggregation options of `cli`, or the one line refusing them.
-pub fn records(cli: &Cli) -> Result<Vec<(&'static str, OsString)>, Error> {
+/// What the aggregation options of `cli` ask of the runtime, or the one line refusing them.
+pub fn request(cli: &Cli) -> Result<Aggregate, Error> {
     let aggregating = cli.count || !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
     let needs = |set: bool, option: &'static str, reason: &'static str| match set {
         true => Err(Error::Aggregate { option, reason }),
@@ -33,56 +33,40 @@ pub fn records(cli: &Cli) -> Result<Vec<(&'static str, OsString)>, Error> {
     needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
     needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
 
-    let mut out: Vec<(&'static str, OsString)> = Vec::new();
-    let mut value = |key: &'static str, option: &'static str, text: &str| {
+    let value = |option: &'static str, text: &String| {
         if text.contains('\n') {
             return Err(Error::AggregateValue { option, value: text.to_owned(), reason: "contains a newline" });
         }
-        out.push((key, text.into()));
-        Ok(())
+        Ok(text.clone())
     };
-    if cli.count {
-        value("count", "--count", "")?;
-    }
-    if let Some(key) = &cli.by {
-        value("by", "--by", key)?;
-    }
-    if let Some(n) = cli.top {
-        value("top", "--top", &n.to_string())?;
-    }
-    for h in &cli.hists {
-        value("hist", "--hist", h)?;
-    }
-    for h in &cli.lhists {
-        value("lhist", "--lhist", h)?;
-    }
-    for l in &cli.latency {
-        value("latency", "--latency", l)?;
-    }
-    if let Some(ns) = cli.interval {
-        value("interval", "--interval", &ns.to_string())?;
-    }
-    if cli.cumulative {
-        value("cumulative", "--cumulative", "")?;
-    }
-    Ok(out)
+    let values =
+        |option: &'static str, texts: &[String]| texts.iter().map(|t| value(option, t)).collect::<Result<Vec<_>, _>>();
+    Ok(Aggregate {
+        count: cli.count,
+        by: cli.by.as_ref().map(|key| value("--by", key)).transpose()?,
+        top: cli.top.map(|n| n as usize),
+        hists: values("--hist", &cli.hists)?,
+        lhists: values("--lhist", &cli.lhists)?,
+        latency: values("--latency", &cli.latency)?,
+        interval_ns: cli.interval,
+        cumulative: cli.cumulative,
+        feed: None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn records_of(args: &[&str]) -> Result<Vec<(&'static str, String)>, String> {
+    fn request_of(args: &[&str]) -> Result<Aggregate, String> {
         let cli = Cli::parse_from_args(std::iter::once("uprobe-run").chain(args.iter().copied()).chain(["./t"]))
             .map_err(|e| e.to_string())?;
-        records(&cli)
-            .map(|r| r.into_iter().map(|(k, v)| (k, v.into_string().unwrap())).collect())
-            .map_err(|e| e.to_string())
+        request(&cli).map_err(|e| e.to_string())
     }
 
     #[test]
-    fn records_in_order() {
-        let r = records_of(&[
+    fn options_become_the_request() {
+        let r = request_of(&[
             "-e",
             "p t:f a=%di",
             "--count",
@@ -96,17 +80,25 @@ mod tests {
             "1",
         ])
         .unwrap();
-        let keys: Vec<&str> = r.iter().map(|(k, _)| *k).collect();
-        assert_eq!(keys, ["count", "by", "top", "hist", "interval"]);
-        assert_eq!(r[1].1, "a");
-        assert_eq!(r[4].1, "1000000000");
-        assert_eq!(records_of(&["--latency", "t:f"]).unwrap(), [("latency", "t:f".to_string())]);
-        assert!(records_of(&[]).unwrap().is_empty());
+        let expected = Aggregate {
+            count: true,
+            by: Some("a".into()),
+            top: Some(3),
+            hists: vec!["f.a".into()],
+            interval_ns: Some(1_000_000_000),
+            ..Aggregate::default()
+        };
+        assert_eq!(r, expected);
+        assert_eq!(
+            request_of(&["--latency", "t:f"]).unwrap(),
+            Aggregate { latency: vec!["t:f".into()], ..Aggregate::default() }
+        );
+        assert!(!request_of(&[]).unwrap().any());
     }
 
     #[test]
     fn refusals_name_the_option() {
-        let refused = |args: &[&str]| records_of(args).unwrap_err();
+        let refused = |args: &[&str]| request_of(args).unwrap_err();
         assert_eq!(refused(&["-e", "p t:f", "--by", "tid"]), "--by: counts per key need --count");
         assert_eq!(refused(&["-e", "p t:f", "--top", "2"]), "--top: keeps the largest counts: it needs --count");
         assert!(refused(&["--latency", "f", "--cumulative"]).starts_with("--cumulative: "));

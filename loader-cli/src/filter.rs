@@ -8,7 +8,6 @@
 //! A definition that does not parse is left to the runtime, which refuses it (or skips it
 //! with `--lenient`) with the column at fault, as without a filter.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use uprobe_contracts::def::{self, Definition, Place};
@@ -52,14 +51,14 @@ fn one_line(text: &str) -> String {
     text.replace('\n', "\\n")
 }
 
-/// The `filter` records for the run's definitions (`-e`, then the `--events` files, then
-/// `--latency`), or the one line refusing a filter.
+/// The compiled filters of the run's definitions (`-e`, then the `--events` files, then
+/// `--latency`), by definition number, or the one line refusing a filter.
 pub fn records(
     events: &[String],
     files: &[PathBuf],
     filters: &[String],
     latency: &[String],
-) -> Result<Vec<(&'static str, OsString)>, Error> {
+) -> Result<Vec<(usize, String)>, Error> {
     let mut defs: Vec<(String, String)> = events.iter().map(|t| ("-e".to_string(), t.clone())).collect();
     for file in files {
         let bytes = std::fs::read(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
@@ -102,7 +101,7 @@ pub fn records(
                     one_line(text)
                 )));
             }
-            out.push(("filter", format!("{ordinal}\t{}", p.encode()).into()));
+            out.push((ordinal, p.encode()));
         }
     }
     // A timed call's filter is run at its entry: the common fields only.
@@ -113,7 +112,7 @@ pub fn records(
             let e = filter::FilterError { at: start - 2 + e.at, ..e };
             Error::Filter(format!("--latency '{}': {e}", one_line(place)))
         })?;
-        out.push(("filter", format!("{}\t{}", defs.len() + n, p.encode()).into()));
+        out.push((defs.len() + n, p.encode()));
     }
     if let Some(i) = used.iter().position(|u| !u) {
         let known: Vec<String> =
@@ -136,7 +135,7 @@ mod tests {
         let events: Vec<String> = events.iter().map(|s| s.to_string()).collect();
         let filters: Vec<String> = filters.iter().map(|s| s.to_string()).collect();
         records(&events, &[], &filters, &[])
-            .map(|r| r.into_iter().map(|(_, v)| v.into_string().unwrap()).collect())
+            .map(|r| r.into_iter().map(|(n, p)| format!("{n}\t{p}")).collect())
             .map_err(|e| e.to_string())
     }
 
@@ -172,7 +171,7 @@ mod tests {
             "{e}"
         );
         let r = records(&["p t:f".into()], &[], &[], &latency[..1]).unwrap();
-        assert_eq!(r[0].1, "1\ts,comm,eq,61");
+        assert_eq!(r[0], (1, "s,comm,eq,61".to_string()));
         let e = run(&["r t:f"], &["f__return: size > 1"]).unwrap_err();
         assert!(e.contains("at column 12: expected a field of this event, not size (its fields: $retval, comm"), "{e}");
     }

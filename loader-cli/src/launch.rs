@@ -1,12 +1,17 @@
-//! The environment handed to the program and the exec itself; `runtime/src/base/spec.rs`
-//! reads what `run_spec` writes.
+//! The environment handed to the program and the exec itself; the run's spec is
+//! `uprobe_contracts::spec`'s, encoded and decoded there.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use uprobe_contracts::spec::{self, Spec};
+
+use crate::config;
+use crate::error::Error;
 
 /// What execvp searches when PATH is unset (glibc's default).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
@@ -22,35 +27,40 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
     value
 }
 
-/// `UPROBE_RUN_SPEC`: `KEY<TAB>VALUE` records, one a line. Paths must be absolute and,
-/// like params, free of newlines (the caller checks).
+/// `rest` with what a launch and an attach session both pass: the handler libraries, the
+/// `--param NAME=VALUE` values, the output and the runtime options. Paths must be absolute
+/// and free of newlines (the caller checks); a spec carries UTF-8 only.
 pub fn run_spec(
     handlers: &[PathBuf],
     params: &[String],
     output: Option<&Path>,
     options: &[String],
-    extra: &[(&str, OsString)],
-) -> OsString {
-    let mut records: Vec<Vec<u8>> = Vec::new();
-    let mut record = |key: &str, value: &[u8]| {
-        records.push([key.as_bytes(), b"\t", value].concat());
-    };
-    for handler in handlers {
-        record("handlers", handler.as_os_str().as_bytes());
-    }
+    mut rest: Spec,
+) -> Result<Spec, Error> {
+    rest.handlers = handlers.iter().map(|h| spec_text(h)).collect::<Result<_, _>>()?;
     for param in params {
-        record("param", param.as_bytes());
+        config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        rest.params.push((name.to_owned(), value.to_owned()));
     }
-    if let Some(output) = output {
-        record("output", output.as_os_str().as_bytes());
-    }
+    rest.output = output.map(spec_text).transpose()?;
     for option in options {
-        record("option", option.as_bytes());
+        rest.options.set(option).map_err(Error::Spec)?;
     }
-    for (key, value) in extra {
-        record(key, value.as_bytes());
-    }
-    OsString::from_vec(records.join(&b'\n'))
+    Ok(rest)
+}
+
+/// A path as a spec record carries it.
+pub fn spec_text(path: &Path) -> Result<String, Error> {
+    path.to_str().map(str::to_owned).ok_or_else(|| Error::UnusablePath {
+        path: path.into(),
+        reason: "is not UTF-8, which UPROBE_RUN_SPEC cannot carry",
+    })
+}
+
+/// `UPROBE_RUN_SPEC`: the spec's text.
+pub fn encode(spec: &Spec) -> Result<OsString, Error> {
+    spec::encode(spec).map(OsString::from).map_err(Error::Spec)
 }
 
 /// What a directory entry looks like to execvp.
@@ -171,19 +181,28 @@ mod tests {
 
     #[test]
     fn spec_records_in_order() {
+        let rest = Spec { events: vec!["p t:add a=%di".into()], ..Spec::default() };
         let spec = run_spec(
             &["/h/libcount.so".into(), "/h/libtrace.so".into()],
             &["probes=main,work+4".into(), "x=".into()],
             Some(Path::new("/tmp/out")),
             &["follow-exec".into()],
-            &[("event", "p t:add a=%di".into())],
-        );
+            rest,
+        )
+        .unwrap();
+        let text = encode(&spec).unwrap().into_string().unwrap();
+        let (records, end) = text.rsplit_once('\n').unwrap();
         assert_eq!(
-            spec,
+            records,
             "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
              param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec\nevent\tp t:add a=%di"
         );
-        assert_eq!(run_spec(&[], &[], None, &[], &[]), "");
+        assert!(end.starts_with("end\t"));
+        assert_eq!(spec::decode(&text), Ok(spec));
+        let refused = run_spec(&[], &["novalue".into()], None, &[], Spec::default()).unwrap_err();
+        assert_eq!(refused.to_string(), "--param 'novalue': expected NAME=VALUE");
+        let refused = run_spec(&[], &[], None, &["fast".into()], Spec::default()).unwrap_err();
+        assert!(refused.to_string().contains("unknown option \"fast\""), "{refused}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use uprobe_contracts::spec::Spec;
 
 /// Exit status of every refusal.
 const REFUSED: i32 = 2;
@@ -75,8 +76,8 @@ fn run() -> Result<Infallible, Error> {
             options.push(name.to_owned());
         }
     }
-    let aggregation = aggregate::records(&cli)?;
-    check_serve(&cli, !aggregation.is_empty())?;
+    let aggregation = aggregate::request(&cli)?;
+    check_serve(&cli, aggregation.any())?;
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
@@ -94,7 +95,7 @@ fn run() -> Result<Infallible, Error> {
             (cli.list, "--list"),
             (cli.format.is_some(), "--format"),
             (cli.buffer_size.is_some(), "--buffer-size"),
-            (!aggregation.is_empty(), "--count/--hist/--lhist/--latency"),
+            (aggregation.any(), "--count/--hist/--lhist/--latency"),
         ] {
             if given {
                 return Err(Error::NotWithPid(option));
@@ -111,24 +112,20 @@ fn run() -> Result<Infallible, Error> {
         return Err(Error::DurationWithoutPid);
     }
 
-    let mut extra: Vec<(&str, OsString)> = Vec::new();
+    let mut spec = Spec::default();
     for def in &cli.events {
         if def.contains('\n') {
             return Err(Error::Definition { def: def.clone(), reason: "one definition a line: no newline in -e" });
         }
-        extra.push(("event", def.into()));
+        spec.events.push(def.clone());
     }
     for file in &cli.event_files {
         fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
-        extra.push(("events", spec_path(file)?.into_os_string()));
+        spec.event_files.push(launch::spec_text(&spec_path(file)?)?);
     }
-    extra.extend(filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?);
-    if let Some(format) = cli.format {
-        extra.push(("format", format.name().into()));
-    }
-    if let Some(size) = cli.buffer_size {
-        extra.push(("buffer-size", size.to_string().into()));
-    }
+    spec.filters = filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?;
+    spec.format = cli.format.map(|format| format.name().to_owned());
+    spec.buffer_size = cli.buffer_size;
     for t in &cli.triggers {
         if t.contains('\n') || !t.contains(':') {
             return Err(Error::Filter(format!(
@@ -136,30 +133,30 @@ fn run() -> Result<Infallible, Error> {
                 t.replace('\n', "\\n")
             )));
         }
-        extra.push(("trigger", t.into()));
+        spec.triggers.push(t.clone());
     }
     if let Some(n) = cli.max_events {
-        if !aggregation.is_empty() {
+        if aggregation.any() {
             return Err(Error::Aggregate {
                 option: "--max-events",
                 reason: "limits the records of a stream: aggregations keep no records",
             });
         }
-        extra.push(("max-events", n.to_string().into()));
+        spec.max_events = Some(n);
     }
-    extra.extend(aggregation);
+    spec.aggregate = aggregation;
     // The feed's socket pair: its number is in the specification the program reads.
     let feed = match &cli.serve {
         Some(addr) => Some(serve::socket_pair(addr)?),
         None => None,
     };
     if let Some((_, program_end)) = feed {
-        extra.push(("feed", program_end.to_string().into()));
+        spec.aggregate.feed = Some(program_end);
     }
     let command = if cli.list {
         // -l [PATTERN] [--] PROGRAM: the listing runs the program's start-up only.
         let (pattern, command) = list_arguments(&cli.command)?;
-        extra.push(("list", pattern.unwrap_or_default().into()));
+        spec.list = Some(pattern.unwrap_or_default());
         handlers.clear();
         command
     } else {
@@ -168,7 +165,10 @@ fn run() -> Result<Infallible, Error> {
     let (name, args) = command.split_first().ok_or(Error::NoProgram)?;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
-    let has_events = extra.iter().any(|(key, _)| matches!(*key, "event" | "events" | "list" | "latency"));
+    let has_events = !spec.events.is_empty()
+        || !spec.event_files.is_empty()
+        || spec.list.is_some()
+        || !spec.aggregate.latency.is_empty();
     if handlers.is_empty() && !has_events && !check::calls_the_api(&program) {
         return Err(Error::NothingToDo);
     }
@@ -197,13 +197,14 @@ fn run() -> Result<Infallible, Error> {
         Some(path) if is_stdout(path) => Some(PathBuf::from("-")),
         other => other.map(spec_path).transpose()?,
     };
+    let spec = launch::run_spec(&handler_paths, &params, output.as_deref(), &options, spec)?;
 
     let launch = Launch {
         program: program.clone(),
         argv0: name.clone(),
         args: args.to_vec(),
         ld_preload: launch::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
-        run_spec: launch::run_spec(&handler_paths, &params, output.as_deref(), &options, &extra),
+        run_spec: launch::encode(&spec)?,
     };
     if let Some((variable, len)) = launch.oversized() {
         let largest = (variable == "UPROBE_RUN_SPEC").then(|| launch::largest_record(&launch.run_spec)).flatten();
@@ -316,6 +317,8 @@ fn attach_to(
         check::handler_library(&handler)?;
         handler_paths.push(spec_path(&handler)?);
     }
+    // What the session's spec will carry, refused here if it cannot, before the process is touched.
+    launch::encode(&launch::run_spec(&handler_paths, &params, None, &options, Spec::default())?)?;
     let verbose = options.iter().any(|o| o == "verbose");
     let request = attach::Request {
         pid,

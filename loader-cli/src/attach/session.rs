@@ -17,6 +17,7 @@ use crate::attach::target::Target;
 use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 use crate::attach::{net, Request};
 use crate::launch;
+use uprobe_contracts::spec::Spec;
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -188,8 +189,16 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
-        let records = records.to_string_lossy().into_owned();
+        let spec = launch::run_spec(
+            &self.request.handlers,
+            &self.request.params,
+            None,
+            &self.request.options,
+            Spec::default(),
+        )
+        .and_then(|spec| launch::encode(&spec))
+        .map_err(|e| self.protocol(e.to_string()))?;
+        let records = spec.to_string_lossy().into_owned();
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);
         let pidfd = net::pidfd(self.pid()).map_err(AttachError::Socket)?;
