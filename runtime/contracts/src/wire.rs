@@ -95,7 +95,7 @@ pub enum FromAgent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToAgent {
     /// The session: handler libraries, parameters and options as `UPROBE_RUN_SPEC` records
-    /// (see `base::spec`); the message carries the output's descriptor.
+    /// (see [`crate::spec`]); the message carries the output's descriptor.
     Spec(String),
     /// Every other thread is stopped; where each resumes (see `probe::world::World::stop`).
     Stopped(Vec<usize>),
