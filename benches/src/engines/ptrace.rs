@@ -33,6 +33,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use uprobe_contracts::maps;
 
 const INT3: u8 = 0xcc;
 const SIGTRAP: i32 = libc::SIGTRAP;
@@ -150,17 +151,7 @@ impl Tracee {
 
 /// Where the mapping of `program` at file offset 0 starts in /proc/PID/maps text.
 pub fn load_base(maps: &str, program: &Path) -> Option<u64> {
-    let program = program.as_os_str().as_bytes();
-    maps.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let range = fields.next()?;
-        let offset = fields.nth(1)?;
-        let path = fields.nth(2)?;
-        if path.as_bytes() != program || u64::from_str_radix(offset, 16).ok()? != 0 {
-            return None;
-        }
-        u64::from_str_radix(range.split_once('-')?.0, 16).ok()
-    })
+    maps::parse(maps).into_iter().find(|m| Path::new(&m.path) == program && m.offset == 0).map(|m| m.start)
 }
 
 /// The out-of-line page of `ptrace-ool`.

@@ -25,12 +25,9 @@ mod session;
 mod stop;
 mod symbols;
 mod target;
-// Each side sends one half of the messages and decodes the other.
-#[allow(dead_code)]
-#[path = "../../../runtime/src/attach/wire.rs"]
-mod wire;
 
 pub use error::AttachError;
+use uprobe_contracts::wire;
 
 use std::borrow::Cow;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -161,7 +158,7 @@ fn pick_thread(
     let maps = target.maps()?;
     let code_of = |prefixes: &[&str]| -> Vec<&Mapping> {
         let named = |m: &&Mapping| prefixes.iter().any(|p| m.path.rsplit('/').next().unwrap_or("").starts_with(p));
-        maps.iter().filter(|m| m.perms.contains('x')).filter(named).collect()
+        maps.iter().filter(|m| m.exec).filter(named).collect()
     };
     let loader = code_of(&["ld-linux"]);
     let libc = code_of(&["libc.so", "libpthread"]);
@@ -320,9 +317,12 @@ mod tests {
         Mapping {
             start,
             end: start + 0x1000,
-            perms: "r-xp".into(),
+            read: true,
+            write: false,
+            exec: true,
+            shared: false,
             offset: 0,
-            dev: "08:01".into(),
+            dev: (8, 1),
             inode: 1,
             path: path.into(),
         }

@@ -17,6 +17,7 @@ use crate::attach::target::Target;
 use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 use crate::attach::{net, Request};
 use crate::base::spec;
+use uprobe_contracts::spec::Spec;
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -188,7 +189,13 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let records = spec::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
+        let params: Vec<(String, String)> = (self.request.params.iter())
+            .map(|p| p.split_once('=').map_or((p.clone(), String::new()), |(n, v)| (n.to_owned(), v.to_owned())))
+            .collect();
+        let switches: Vec<&str> = self.request.options.iter().map(String::as_str).collect();
+        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, Spec::default())
+            .and_then(|spec| spec::encode(&spec))
+            .map_err(|e| self.protocol(e.to_string()))?;
         let records = records.to_string_lossy().into_owned();
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);

@@ -57,6 +57,8 @@ pub enum Error {
     Param { param: String, reason: &'static str },
     #[error("{}: {reason}", one_line(&.path.display().to_string()))]
     UnusablePath { path: PathBuf, reason: &'static str },
+    #[error("the run's spec: {0}")]
+    Spec(uprobe_contracts::spec::SpecError),
     #[error("-e '{}': {reason}", one_line(.def))]
     Definition { def: String, reason: &'static str },
     #[error("{0}")]

@@ -18,6 +18,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use uprobe_contracts::spec::Spec;
+
 use crate::base::error::Error;
 use crate::base::{check, runtime, spec, sys};
 use crate::output::serve;
@@ -26,20 +28,20 @@ use exec::{Candidate, Launch};
 
 /// Starts the program that `plan` names; returns only with the reason it could not.
 pub fn run(plan: plan::Launch) -> Result<Infallible, Error> {
-    let mut records = event_records(&plan.events);
-    records.extend(plan.aggregation.records());
+    let mut spec = event_spec(&plan.events)?;
+    spec.aggregate = plan.aggregation.spec();
     // The feed's socket pair: its number is in the specification the program reads.
     let serve = match plan.serve {
         Some(serve) => {
             let (ours, program_end) = serve::socket_pair(&serve.addr)?;
-            records.push(("feed", program_end.to_string().into()));
+            spec.aggregate.feed = Some(program_end);
             Some(Served { serve, ours, program_end })
         }
         None => None,
     };
     let has_work =
         !plan.events.definitions.is_empty() || !plan.events.files.is_empty() || !plan.aggregation.latency.is_empty();
-    start(Start { setup: &plan.setup, program: &plan.program, args: &plan.args, records, has_work, serve })
+    start(Start { setup: &plan.setup, program: &plan.program, args: &plan.args, spec, has_work, serve })
 }
 
 /// `--serve`, with the feed's socket pair made.
@@ -56,8 +58,8 @@ pub struct Start<'a> {
     pub setup: &'a Setup,
     pub program: &'a OsStr,
     pub args: &'a [OsString],
-    /// The run specification's records beyond the setup's.
-    pub records: Vec<(&'static str, OsString)>,
+    /// The run specification beyond the setup's handlers, params, output and switches.
+    pub spec: Spec,
     /// Events, timed calls or a listing: the runtime has work even without handler libraries.
     pub has_work: bool,
     pub serve: Option<Served>,
@@ -66,7 +68,7 @@ pub struct Start<'a> {
 /// Checks the program, the runtime, the libraries and the output, then starts the program;
 /// returns only with the reason it could not.
 pub fn start(start: Start) -> Result<Infallible, Error> {
-    let Start { setup, program: name, args, records, has_work, serve } = start;
+    let Start { setup, program: name, args, spec: rest, has_work, serve } = start;
     let program = resolve_program(Path::new(name))?;
     check::program(&program)?;
     if setup.handlers.is_empty() && !has_work && !check::calls_the_api(&program) {
@@ -94,15 +96,15 @@ pub fn start(start: Start) -> Result<Infallible, Error> {
         Some(Output::Stdout) => Some(PathBuf::from("-")),
         _ => file.clone(),
     };
-    let params: Vec<String> = setup.params.iter().map(|p| p.to_string()).collect();
-    let options: Vec<String> = setup.switches.names().into_iter().map(String::from).collect();
+    let params: Vec<(String, String)> = setup.params.iter().map(|p| (p.name.clone(), p.value.clone())).collect();
+    let spec = spec::run_spec(&handlers, &params, output.as_deref(), &setup.switches.names(), rest)?;
 
     let launch = Launch {
         program: program.clone(),
         argv0: name.to_owned(),
         args: args.to_vec(),
         ld_preload: exec::ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &runtime),
-        run_spec: spec::run_spec(&handlers, &params, output.as_deref(), &options, &records),
+        run_spec: spec::encode(&spec)?,
     };
     if let Some((variable, len)) = launch.oversized() {
         let largest = (variable == "UPROBE_RUN_SPEC").then(|| exec::largest_record(&launch.run_spec)).flatten();
@@ -139,23 +141,18 @@ pub fn start(start: Start) -> Result<Infallible, Error> {
     }
 }
 
-/// The event options as run specification records, in the order the runtime reads them.
-fn event_records(events: &Events) -> Vec<(&'static str, OsString)> {
-    let mut out: Vec<(&'static str, OsString)> = Vec::new();
-    out.extend(events.definitions.iter().map(|d| ("event", d.into())));
-    out.extend(events.files.iter().map(|f| ("events", f.into())));
-    out.extend(events.filters.iter().map(plan::filter::Compiled::record));
-    if let Some(format) = events.format {
-        out.push(("format", format.name().into()));
-    }
-    if let Some(size) = events.buffer_size {
-        out.push(("buffer-size", size.to_string().into()));
-    }
-    out.extend(events.triggers.iter().map(|t| ("trigger", t.into())));
-    if let Some(n) = events.max_events {
-        out.push(("max-events", n.to_string().into()));
-    }
-    out
+/// The event options as the run specification carries them.
+fn event_spec(events: &Events) -> Result<Spec, Error> {
+    Ok(Spec {
+        events: events.definitions.clone(),
+        event_files: events.files.iter().map(|f| spec::spec_text(f)).collect::<Result<_, _>>()?,
+        filters: events.filters.iter().map(plan::filter::Compiled::spec_entry).collect(),
+        format: events.format.map(|format| format.name().to_owned()),
+        buffer_size: events.buffer_size,
+        triggers: events.triggers.clone(),
+        max_events: events.max_events,
+        ..Spec::default()
+    })
 }
 
 /// A name without `/` is looked up in PATH, like execvp does.

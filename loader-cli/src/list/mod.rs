@@ -6,18 +6,20 @@
 
 use std::convert::Infallible;
 
+use uprobe_contracts::spec::Spec;
+
 use crate::base::error::Error;
 use crate::launch::{self, Start};
 use crate::plan::List;
 
 /// Starts the listing; returns only with the reason it could not.
 pub fn run(plan: List) -> Result<Infallible, Error> {
-    let records = vec![("list", plan.pattern.unwrap_or_default().into())];
+    let spec = Spec { list: Some(plan.pattern.unwrap_or_default()), ..Spec::default() };
     launch::start(Start {
         setup: &plan.setup,
         program: &plan.program,
         args: &plan.args,
-        records,
+        spec,
         has_work: true,
         serve: None,
     })

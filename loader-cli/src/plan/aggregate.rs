@@ -1,10 +1,11 @@
 //! The aggregation options (`--count`, `--by`, `--top`, `--hist`, `--lhist`, `--latency`,
 //! `--interval`, `--cumulative`): checked for what makes sense together, then passed to the
-//! runtime as `UPROBE_RUN_SPEC` records. What they name (events, arguments, functions) is the
+//! runtime in the run spec. What they name (events, arguments, functions) is the
 //! runtime's to check, against the definitions it resolves, before the program starts.
 
-use std::ffi::OsString;
 use std::time::Duration;
+
+use uprobe_contracts::spec;
 
 use crate::args::{Cli, Format};
 use crate::base::error::Error;
@@ -75,28 +76,19 @@ impl Aggregation {
         *self == Aggregation::default()
     }
 
-    /// The `UPROBE_RUN_SPEC` records, in the order the runtime reads them.
-    pub fn records(&self) -> Vec<(&'static str, OsString)> {
-        let mut out: Vec<(&'static str, OsString)> = Vec::new();
-        if self.count {
-            out.push(("count", "".into()));
+    /// What the run spec carries of it.
+    pub fn spec(&self) -> spec::Aggregate {
+        spec::Aggregate {
+            count: self.count,
+            by: self.by.as_ref().map(|keys| keys.join(",")),
+            top: self.top.map(|n| n as usize),
+            hists: self.hists.clone(),
+            lhists: self.lhists.clone(),
+            latency: self.latency.clone(),
+            interval_ns: self.interval.map(|i| i.as_nanos() as u64),
+            cumulative: self.cumulative,
+            feed: None,
         }
-        if let Some(keys) = &self.by {
-            out.push(("by", keys.join(",").into()));
-        }
-        if let Some(n) = self.top {
-            out.push(("top", n.to_string().into()));
-        }
-        out.extend(self.hists.iter().map(|h| ("hist", h.into())));
-        out.extend(self.lhists.iter().map(|h| ("lhist", h.into())));
-        out.extend(self.latency.iter().map(|l| ("latency", l.into())));
-        if let Some(interval) = self.interval {
-            out.push(("interval", interval.as_nanos().to_string().into()));
-        }
-        if self.cumulative {
-            out.push(("cumulative", "".into()));
-        }
-        out
     }
 }
 
@@ -104,41 +96,36 @@ impl Aggregation {
 mod tests {
     use super::*;
 
-    fn records_of(args: &[&str]) -> Result<Vec<(&'static str, String)>, String> {
+    fn spec_of(args: &[&str]) -> Result<spec::Aggregate, String> {
         let cli = Cli::parse_from_args(std::iter::once("uprobe-run").chain(args.iter().copied()).chain(["./t"]))
             .map_err(|e| e.to_string())?;
-        Aggregation::new(&cli)
-            .map(|a| a.records().into_iter().map(|(k, v)| (k, v.into_string().unwrap())).collect())
-            .map_err(|e| e.to_string())
+        Aggregation::new(&cli).map(|a| a.spec()).map_err(|e| e.to_string())
     }
 
     #[test]
-    fn records_in_order() {
-        let r = records_of(&[
-            "-e",
-            "p t:f a=%di",
-            "--count",
-            "--by",
-            "a",
-            "--top",
-            "3",
-            "--hist",
-            "f.a",
-            "--interval",
-            "1",
-        ])
-        .unwrap();
-        let keys: Vec<&str> = r.iter().map(|(k, _)| *k).collect();
-        assert_eq!(keys, ["count", "by", "top", "hist", "interval"]);
-        assert_eq!(r[1].1, "a");
-        assert_eq!(r[4].1, "1000000000");
-        assert_eq!(records_of(&["--latency", "t:f"]).unwrap(), [("latency", "t:f".to_string())]);
-        assert!(records_of(&[]).unwrap().is_empty());
+    fn options_become_the_spec() {
+        let r =
+            spec_of(&["-e", "p t:f a=%di", "--count", "--by", "a", "--top", "3", "--hist", "f.a", "--interval", "1"])
+                .unwrap();
+        let expected = spec::Aggregate {
+            count: true,
+            by: Some("a".into()),
+            top: Some(3),
+            hists: vec!["f.a".into()],
+            interval_ns: Some(1_000_000_000),
+            ..spec::Aggregate::default()
+        };
+        assert_eq!(r, expected);
+        assert_eq!(
+            spec_of(&["--latency", "t:f"]).unwrap(),
+            spec::Aggregate { latency: vec!["t:f".into()], ..spec::Aggregate::default() }
+        );
+        assert!(!spec_of(&[]).unwrap().any());
     }
 
     #[test]
     fn refusals_name_the_option() {
-        let refused = |args: &[&str]| records_of(args).unwrap_err();
+        let refused = |args: &[&str]| spec_of(args).unwrap_err();
         assert_eq!(refused(&["-e", "p t:f", "--by", "tid"]), "--by: counts per key need --count");
         assert_eq!(refused(&["-e", "p t:f", "--top", "2"]), "--top: keeps the largest counts: it needs --count");
         assert!(refused(&["--latency", "f", "--cumulative"]).starts_with("--cumulative: "));

@@ -8,7 +8,6 @@
 //! A definition that does not parse is left to the runtime, which refuses it (or skips it
 //! with `--lenient`) with the column at fault, as without a filter.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use uprobe_contracts::def::{self, Definition, Place};
@@ -61,9 +60,9 @@ pub struct Compiled {
 }
 
 impl Compiled {
-    /// Its `UPROBE_RUN_SPEC` record.
-    pub fn record(&self) -> (&'static str, OsString) {
-        ("filter", format!("{}\t{}", self.definition, self.program.encode()).into())
+    /// As the run spec carries it: the definition's number and the encoded program.
+    pub fn spec_entry(&self) -> (usize, String) {
+        (self.definition, self.program.encode())
     }
 }
 
@@ -151,7 +150,7 @@ mod tests {
         let events: Vec<String> = events.iter().map(|s| s.to_string()).collect();
         let filters: Vec<String> = filters.iter().map(|s| s.to_string()).collect();
         compile(&events, &[], &filters, &[])
-            .map(|r| r.into_iter().map(|c| c.record().1.into_string().unwrap()).collect())
+            .map(|r| r.into_iter().map(|c| format!("{}\t{}", c.definition, c.program.encode())).collect())
             .map_err(|e| e.to_string())
     }
 
@@ -187,7 +186,7 @@ mod tests {
             "{e}"
         );
         let r = compile(&["p t:f".into()], &[], &[], &latency[..1]).unwrap();
-        assert_eq!(r[0].record().1, "1\ts,comm,eq,61");
+        assert_eq!(r[0].spec_entry(), (1, "s,comm,eq,61".to_string()));
         let e = run(&["r t:f"], &["f__return: size > 1"]).unwrap_err();
         assert!(e.contains("at column 12: expected a field of this event, not size (its fields: $retval, comm"), "{e}");
     }

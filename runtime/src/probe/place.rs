@@ -123,7 +123,7 @@ fn examine(view: &mut View, addr: usize) -> Result<Site, RegisterError> {
     if matches!(mapping.path.as_str(), "[vdso]" | "[vsyscall]") {
         return Err(RegisterError::KernelPage(addr, mapping.path.clone()));
     }
-    if mapping.contains(runtime_addr()) {
+    if mapping.contains(runtime_addr() as u64) {
         return Err(RegisterError::InRuntime(addr));
     }
     if addr == tls_get_addr() {
@@ -141,7 +141,7 @@ fn examine(view: &mut View, addr: usize) -> Result<Site, RegisterError> {
             decode::decode_at(&f.bytes[addr - f.start..], addr as u64)
         }
         None => {
-            let len = MAX_INSN_LEN.min(mapping.end - addr);
+            let len = MAX_INSN_LEN.min(mapping.end as usize - addr);
             // SAFETY: the range lies inside the executable mapping.
             let mut bytes = unsafe { patch::read_code(addr, len) };
             view.unpatch(&mut bytes, addr);
@@ -350,7 +350,7 @@ pub fn open_for(session: &mut Session, maps: &[Mapping], addr: usize) -> Result<
     let Some(m) = crate::base::maps::find(maps, addr).filter(|m| m.exec) else {
         return Err(PatchError { page: sys::page_floor(addr), errno: libc::EFAULT });
     };
-    session.open(m.start, m.end, m.prot(), addr)
+    session.open(m.start as usize, m.end as usize, crate::base::maps::prot(m), addr)
 }
 
 /// Writes a batch of changes into `session`'s ranges (opening those it lacks) and closes it.

@@ -144,7 +144,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
         let ri = st.instance(offset);
         // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena.
         unsafe {
-            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2] });
+            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2], data: [] });
             if let Some(entry) = probe.entry_handler {
                 st.arena_top += size; // an entry handler that hits a probe sees the space taken
                 let outer_code = t.code.replace(entry as usize);
