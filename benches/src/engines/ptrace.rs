@@ -7,14 +7,14 @@
 //! counting handler, then gets the tracee past the displaced instruction:
 //!
 //! - `ptrace`: restore the original byte, set rip back to the function, PTRACE_SINGLESTEP,
-//!   wait, re-insert the int3, PTRACE_CONT. Return probes read the return address at [rsp] on
+//!   wait, re-insert the int3, PTRACE_CONT. Return probes read the return address at `[rsp]` on
 //!   entry and plant a temporary int3 there; when it is hit the tracer counts, removes it and
 //!   resumes at the return address (as a debugger's `finish`).
 //! - `ptrace-ool`: no single-step. At the exec stop the tracer makes the tracee call mmap (an
 //!   injected `syscall` instruction) for a page near the program, writes there a copy of the
 //!   displaced instruction, relocated if it is RIP-relative, followed by a jump back, and on
 //!   each hit just sets rip to that copy and continues: the int3 stays in place. Return probes
-//!   replace the return address at [rsp] with a trampoline int3 in the same page (as kernel
+//!   replace the return address at `[rsp]` with a trampoline int3 in the same page (as kernel
 //!   uretprobes do); its hit counts and resumes at the real return address.
 //!
 //! Where tracer and tracee run decides much of the cost: every stop wakes the other process.

@@ -92,6 +92,8 @@ a file of the name given, or one beside uprobe-run (target/release/), is preferr
   uretprobe_example     calls and return values: --param func=NAME (or an 0x address)
   count (libcount.so)   hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
 )]
+// The fields' doc comments are the --help text, not Markdown: `[FETCHARGS]` is usage, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct Cli {
     /// Handler library to load (repeatable; loaded in the order given): a path, or a bundled
     /// library's short name (count, uprobe_example, uretprobe_example).

@@ -76,7 +76,7 @@ pub fn largest_record(spec: &OsStr) -> Option<(String, usize)> {
 pub struct Launch {
     /// The file to execute (PATH already searched).
     pub program: PathBuf,
-    /// argv[0]: the program as the user named it.
+    /// `argv[0]`: the program as the user named it.
     pub argv0: OsString,
     pub args: Vec<OsString>,
     pub ld_preload: OsString,

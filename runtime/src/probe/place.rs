@@ -2,7 +2,7 @@
 //! at a function entry, a jump and its stub), and writing the patches of a whole batch.
 //!
 //! Preparation may read files and call libc (nothing of the batch is written yet). Writing a
-//! batch ([`write`]) follows the code-writing protocol of `insn::patch`, every step once for
+//! batch ([`write()`]) follows the code-writing protocol of `insn::patch`, every step once for
 //! the whole batch: the ranges made writable, the `int3`s, a sync, the tails of the jumps, a
 //! sync, their first bytes, a sync, the protections back. From the first write to the last
 //! it calls nothing but its own routines and raw system calls, so the runtime never meets one
@@ -34,7 +34,7 @@ pub static JUMP_ENTRY: AtomicU64 = AtomicU64::new(0);
 /// What a point's bytes should be after a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// Armed: the `int3` (or the jump, where [`write`] finds it safe).
+    /// Armed: the `int3` (or the jump, where [`write()`] finds it safe).
     Armed,
     /// Armed, with the `int3` only (a jump in place is taken out).
     Int3,
