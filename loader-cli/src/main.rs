@@ -46,6 +46,11 @@ fn run() -> Result<Infallible, Error> {
             println!("runtime: {} ({})", path.display(), origin.describe());
             std::process::exit(0)
         }
+        Plan::Reference(dir) => {
+            let written = args::reference::write(&dir).map_err(|source| Error::Reference { path: dir, source })?;
+            written.iter().for_each(|file| println!("{}", file.display()));
+            std::process::exit(0)
+        }
         Plan::Launch(launch) => launch::run(*launch),
         Plan::List(list) => list::run(list),
         Plan::Attach(attach) => std::process::exit(attach::run(attach)?),

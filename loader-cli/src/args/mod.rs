@@ -1,10 +1,12 @@
 //! The arguments: the command line's definitions (clap), with the checks a value makes on
-//! its own (numbers, sizes, seconds), and the `--config` file's format ([`config`]). What
+//! its own (numbers, sizes, seconds), the `--config` file's format ([`config`]), and the
+//! reference generated from the definitions ([`reference`]: man page, completions). What
 //! the options mean together is the plan's to judge (`crate::plan`).
 //!
 //! Context: uprobe-run's own process, first thing.
 
 pub mod config;
+pub mod reference;
 
 use crate::base::error::Error;
 use clap::error::ErrorKind;
@@ -31,22 +33,21 @@ pub mod heading {
     disable_version_flag = true,
     override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]\n       uprobe-run [OPTIONS] -p|--pid PID",
     after_help = "\
-The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
-uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout) failed, one
-line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid
-program, missing library, bad config) print one line and exit with status 2 before the
-program starts. The handlers' uprobe_exit and the end-of-run
-lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
-such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
-ending that cannot report.
+Exit status: the program keeps uprobe-run's process: its exit status, or the signal that
+killed it, is uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout)
+failed, one line says what was lost and an exit status of 0 becomes 74. Refusals (static or
+setuid program, missing library, bad config) print one line and exit with status 2 before the
+program starts. The handlers' uprobe_exit and the end-of-run lines come once per process
+however it ends: return from main, exit, _exit, exec, or a signal such as Ctrl-C, SIGTERM or
+SIGSEGV (the process then dies of that signal); SIGKILL is the one ending that cannot report.
 
-With --pid, uprobe-run attaches to the running process PID instead: it loads the runtime
-into it (if it is not there), runs the handlers' uprobe_init there and stays in the
+Attaching: with --pid, uprobe-run attaches to the running process PID instead: it loads the
+runtime into it (if it is not there), runs the handlers' uprobe_init there and stays in the
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
 0 after a detach, 127 if a uprobe_init failed, 74 if the output could not all be written,
-2 for a refusal (nothing was changed). Events,
-aggregations and --list are for programs uprobe-run starts.
+2 for a refusal (nothing was changed). Events, aggregations and --list are for programs
+uprobe-run starts.
 
 Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
@@ -84,9 +85,9 @@ Examples:
   # Attach to a running process; Ctrl-C detaches
   uprobe-run --pid 4242 --handlers uprobe_example --param symbol=myfunc
 
-Bundled handlers, named by these short names (or their file names) in --handlers: uprobe-run
-carries them and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default ~/.cache);
-a file of the name given, or one beside uprobe-run (target/release/), is preferred:
+Bundled handlers: uprobe-run carries these, named by their short names (or their file names)
+in --handlers, and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default
+~/.cache); a file of the name given, or one beside uprobe-run (target/release/), is preferred:
   uprobe_example        the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
                         verbose=0 to count only
   uretprobe_example     calls and return values: --param func=NAME (or an 0x address)
@@ -257,6 +258,11 @@ pub struct Cli {
     /// With --pid: detach after SECONDS (a decimal number).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = heading::MODES)]
     pub duration: Option<f64>,
+
+    /// Write the man page and the bash, zsh and fish completions into DIR, then exit (for
+    /// installs and packages; see loader-cli/README.md).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub write_reference: Option<PathBuf>,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]

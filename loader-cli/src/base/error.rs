@@ -71,6 +71,8 @@ pub enum Error {
     AggregateValue { option: &'static str, value: String, reason: &'static str },
     #[error("--list: {0}")]
     List(&'static str),
+    #[error("{}: cannot write the reference there: {}", .path.display(), describe(.source))]
+    Reference { path: PathBuf, source: io::Error },
     #[error("{}: cannot create output file: {}", .path.display(), describe(.source))]
     Output { path: PathBuf, source: io::Error },
     #[error("{}: cannot execute: {}", .path.display(), describe(.source))]

@@ -32,6 +32,8 @@ use aggregate::Aggregation;
 pub enum Plan {
     /// `-V`: the version and the runtime library a launch would preload.
     Version,
+    /// `--write-reference DIR`: the man page and the shell completions, written there.
+    Reference(PathBuf),
     /// Start a program with probes.
     Launch(Box<Launch>),
     /// `-l`: list what can be probed in a program.
@@ -234,6 +236,9 @@ impl Plan {
     pub fn new(cli: Cli) -> Result<Plan, Error> {
         if cli.version {
             return Ok(Plan::Version);
+        }
+        if let Some(dir) = cli.write_reference {
+            return Ok(Plan::Reference(dir));
         }
         let config = match &cli.config {
             Some(path) => load_config(path)?,
