@@ -72,7 +72,14 @@ fn decimal<T: core::str::FromStr>(text: &str) -> Option<T> {
 pub enum FromAgent {
     /// First message: who the agent is, and whether the runtime was preloaded when the process
     /// started (started by `uprobe-run`) rather than loaded by this attach.
-    Hello { pid: i32, tid: i32, preloaded: bool },
+    Hello {
+        /// The process, as its own PID namespace numbers it.
+        pid: i32,
+        /// The agent thread, as its own PID namespace numbers it.
+        tid: i32,
+        /// Whether the runtime was preloaded at the process's start.
+        preloaded: bool,
+    },
     /// Stop every thread but the agent (a batch is about to be written).
     Stop,
     /// Let the stopped threads run briefly and stop them again.
@@ -80,13 +87,28 @@ pub enum FromAgent {
     /// Let the stopped threads run again.
     Resume,
     /// The handler libraries are loaded, their `uprobe_init` returned 0, the probes are armed.
-    Ready { libraries: usize, probes: usize, jumps: usize },
+    Ready {
+        /// Handler libraries loaded.
+        libraries: usize,
+        /// Probes armed.
+        probes: usize,
+        /// How many of them are jumps (the rest are `int3`).
+        jumps: usize,
+    },
     /// A handler library failed to load or its `uprobe_init` failed: what it registered is
     /// removed; `line` says why. The agent then ends as after a detach.
-    Failed { line: String },
+    Failed {
+        /// Why, in one line.
+        line: String,
+    },
     /// The session's handler libraries ran `uprobe_exit`, their probes are removed: the agent
     /// ends. `notes`: what the user should know (libraries left loaded, and why).
-    Detached { probes: usize, notes: Vec<String> },
+    Detached {
+        /// Probes removed.
+        probes: usize,
+        /// What the user should know, a line each.
+        notes: Vec<String>,
+    },
     /// The process is exiting: the libraries' `uprobe_exit` ran; nothing more will come.
     Exiting,
 }
