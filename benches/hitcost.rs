@@ -20,7 +20,6 @@
 use std::fs;
 use std::str::FromStr;
 use uprobe_bench::attach::{self, AttachRow};
-use uprobe_bench::elf;
 use uprobe_bench::engines::kernel::KernelProbes;
 use uprobe_bench::engines::uprobe_run::UprobeRun;
 use uprobe_bench::engines::{plain, Engine, Engines, Failure, Job, Kind, Measurement};
@@ -28,6 +27,7 @@ use uprobe_bench::fixture::{self, Paths, FUNCTIONS, GENERATED_FUNCTIONS};
 use uprobe_bench::machine::Machine;
 use uprobe_bench::report::{fmt_ns, HitRow, Report, StartupRow};
 use uprobe_bench::stats;
+use uprobe_contracts::elf;
 
 fn env_or<T: FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {

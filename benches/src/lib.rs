@@ -18,7 +18,6 @@
 
 pub mod attach;
 pub mod decode;
-pub mod elf;
 pub mod engines;
 pub mod fixture;
 pub mod json;
