@@ -5,8 +5,8 @@
 //! Module map:
 //! - [`attach`]: attach and detach times and pauses of `uprobe-run --pid`;
 //! - [`fixture`]: building the C fixture and handler library with gcc, and where things live;
-//! - [`elf`]: symbol addresses and file offsets read from ELF files (pure);
-//! - [`decode`]: the tiny x86-64 decoder the out-of-line ptrace engine relocates with (pure);
+//! - `uprobe_contracts::elf`: symbol addresses and file offsets read from ELF files (pure);
+//! - [`decode`]: the out-of-line copy the ptrace engine runs, relocated with iced-x86 (pure);
 //! - [`engines`]: one module per way of running the fixture (none and sigtrap, uprobe-run,
 //!   ptrace, kernel);
 //! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON; [`table`]: the
