@@ -523,7 +523,7 @@ fn main() {
     }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");
-    for (path, text) in [(&json_path, report.to_json().pretty()), (&svg_path, report.svg())] {
+    for (path, text) in [(&json_path, uprobe_bench::json::pretty(&report.to_json())), (&svg_path, report.svg())] {
         match fs::write(path, text) {
             Ok(()) => println!("wrote {}", path.display()),
             Err(e) => eprintln!("hitcost: cannot write {}: {e}", path.display()),

@@ -9,7 +9,8 @@
 //! - [`decode`]: the out-of-line copy the ptrace engine runs, relocated with iced-x86 (pure);
 //! - [`engines`]: one module per way of running the fixture (none and sigtrap, uprobe-run,
 //!   ptrace, kernel);
-//! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON; [`table`]: the
+//! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON (written by
+//!   serde_json, [`json`] has its number rounding); [`table`]: the
 //!   table on stdout; [`svg`]: the chart;
 //!   [`machine`]: what the numbers were measured on;
 //! - [`sys`]: the only module that calls the kernel directly (fork/exec, wait, ptrace,
