@@ -47,11 +47,9 @@ pub fn symbol(data: &[u8], name: &str) -> Result<FuncSym, String> {
 /// a symbol in no loaded segment.
 pub fn find(data: &[u8], name: &str, functions: bool) -> Result<Option<FuncSym>, String> {
     let file = parse(data)?;
-    let Some(sym) = file
-        .dynamic_symbols()
-        .chain(file.symbols())
-        .find(|s| s.name() == Ok(name) && s.is_definition() && (!functions || s.kind() == SymbolKind::Text))
-    else {
+    let Some(sym) = file.dynamic_symbols().chain(file.symbols()).find(|s| {
+        s.name() == Ok(name) && if functions { s.is_definition() && s.kind() == SymbolKind::Text } else { defined(s) }
+    }) else {
         return Ok(None);
     };
     let vaddr = sym.address();
@@ -71,6 +69,12 @@ pub fn find(data: &[u8], name: &str, functions: bool) -> Result<Option<FuncSym>,
         file_offset: file_offset.ok_or_else(|| format!("{name} is in no loaded segment"))?,
         image_start,
     }))
+}
+
+/// Whether `s` is defined here as nm shows it: in a section, and not the name of a section or
+/// a file (a label written in assembly has no type, and object does not count it a definition).
+fn defined<'data>(s: &impl ObjectSymbol<'data>) -> bool {
+    !s.is_undefined() && s.section_index().is_some() && !matches!(s.kind(), SymbolKind::Section | SymbolKind::File)
 }
 
 /// Names of the functions a library exports (.dynsym, defined, non-zero size), one per
@@ -122,6 +126,10 @@ mod tests {
         assert!(function(&own_exe(), "no_such_symbol_here").is_err());
         assert!(function(b"not elf", "main").is_err());
         assert_eq!(find(&own_exe(), "no_such_symbol_here", false), Ok(None));
+        assert_eq!(
+            find(&own_exe(), "main", false).unwrap().unwrap().vaddr,
+            function(&own_exe(), "main").unwrap().vaddr
+        );
     }
 
     #[test]
