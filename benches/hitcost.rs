@@ -20,7 +20,6 @@
 use std::fs;
 use std::str::FromStr;
 use uprobe_bench::attach::{self, AttachRow};
-use uprobe_bench::elf;
 use uprobe_bench::engines::kernel::KernelProbes;
 use uprobe_bench::engines::uprobe_run::UprobeRun;
 use uprobe_bench::engines::{plain, Engine, Engines, Failure, Job, Kind, Measurement};
@@ -28,6 +27,7 @@ use uprobe_bench::fixture::{self, Paths, FUNCTIONS, GENERATED_FUNCTIONS};
 use uprobe_bench::machine::Machine;
 use uprobe_bench::report::{fmt_ns, HitRow, Report, StartupRow};
 use uprobe_bench::stats;
+use uprobe_contracts::elf;
 
 fn env_or<T: FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
@@ -523,7 +523,7 @@ fn main() {
     }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");
-    for (path, text) in [(&json_path, report.to_json().pretty()), (&svg_path, report.svg())] {
+    for (path, text) in [(&json_path, uprobe_bench::json::pretty(&report.to_json())), (&svg_path, report.svg())] {
         match fs::write(path, text) {
             Ok(()) => println!("wrote {}", path.display()),
             Err(e) => eprintln!("hitcost: cannot write {}: {e}", path.display()),

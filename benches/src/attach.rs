@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use crate::engines::uprobe_run::UprobeRun;
 use crate::engines::{parse_report, Failure};
 use crate::fixture::Fixture;
-use crate::json::Json;
+use crate::json::{obj, opt_num, text};
 use crate::stats::Summary;
 use crate::sys;
+use serde_json::Value;
 
 /// How long one attach or detach may take before the run counts as failed.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -244,13 +245,13 @@ pub fn table(rows: &[AttachRow], runs: usize) -> String {
 }
 
 /// The rows for `hitcost.json`.
-pub fn to_json(rows: &[AttachRow]) -> Json {
-    Json::Arr(
+pub fn to_json(rows: &[AttachRow]) -> Value {
+    Value::Array(
         rows.iter()
             .map(|r| {
-                let mut o = vec![("label", Json::str(&r.label)), ("no_optimize", Json::Bool(r.no_optimize))];
+                let mut o = vec![("label", text(&r.label)), ("no_optimize", Value::Bool(r.no_optimize))];
                 if let Some(f) = &r.failure {
-                    o.push(("reason", Json::str(f.reason())));
+                    o.push(("reason", text(f.reason())));
                 }
                 for (key, samples) in [
                     ("attach_ms", &r.attach_ms),
@@ -258,13 +259,13 @@ pub fn to_json(rows: &[AttachRow]) -> Json {
                     ("detach_ms", &r.detach_ms),
                     ("detach_pause_ms", &r.detach_pause_ms),
                 ] {
-                    o.push((key, Json::opt_num(median(samples))));
+                    o.push((key, opt_num(median(samples))));
                 }
                 if let Some((probes, jumps)) = r.placed {
-                    o.push(("probes", Json::Int(probes as i64)));
-                    o.push(("jumps", Json::Int(jumps as i64)));
+                    o.push(("probes", Value::from(probes as i64)));
+                    o.push(("jumps", Value::from(jumps as i64)));
                 }
-                Json::obj(o)
+                obj(o)
             })
             .collect(),
     )

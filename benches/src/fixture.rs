@@ -1,10 +1,10 @@
 //! Where things live, and building the fixture program and the handler library with gcc.
 
-use crate::elf::{self, FuncSym};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use uprobe_contracts::elf::{self, FuncSym};
 
 /// The probed functions of the fixture, in report order.
 pub const FUNCTIONS: [&str; 3] = ["f_push", "f_lea", "f_riprel"];

@@ -5,11 +5,12 @@
 //! Module map:
 //! - [`attach`]: attach and detach times and pauses of `uprobe-run --pid`;
 //! - [`fixture`]: building the C fixture and handler library with gcc, and where things live;
-//! - [`elf`]: symbol addresses and file offsets read from ELF files (pure);
-//! - [`decode`]: the tiny x86-64 decoder the out-of-line ptrace engine relocates with (pure);
+//! - `uprobe_contracts::elf`: symbol addresses and file offsets read from ELF files (pure);
+//! - [`decode`]: the out-of-line copy the ptrace engine runs, relocated with iced-x86 (pure);
 //! - [`engines`]: one module per way of running the fixture (none and sigtrap, uprobe-run,
 //!   ptrace, kernel);
-//! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON; [`table`]: the
+//! - [`stats`]: medians and run sizes; [`report`]: derived figures and JSON (written by
+//!   serde_json, [`json`] has its number rounding); [`table`]: the
 //!   table on stdout; [`svg`]: the chart;
 //!   [`machine`]: what the numbers were measured on;
 //! - [`sys`]: the only module that calls the kernel directly (fork/exec, wait, ptrace,
@@ -18,7 +19,6 @@
 
 pub mod attach;
 pub mod decode;
-pub mod elf;
 pub mod engines;
 pub mod fixture;
 pub mod json;

@@ -1,6 +1,7 @@
 //! What the numbers were measured on.
 
-use crate::json::Json;
+use crate::json::{num, obj, text};
+use serde_json::Value;
 use std::fs;
 
 #[derive(Clone, Debug)]
@@ -51,15 +52,15 @@ impl Machine {
         format!("{}, {}, {} CPUs, {:.0} GiB, x86_64", self.kernel, self.cpu, self.cpus, self.mem_gib)
     }
 
-    pub fn to_json(&self) -> Json {
-        Json::obj([
-            ("kernel", Json::str(&self.kernel)),
-            ("cpu", Json::str(&self.cpu)),
-            ("nproc", Json::Int(self.cpus as i64)),
-            ("mem_gib", Json::num((self.mem_gib * 10.0).round() / 10.0)),
-            ("arch", Json::str(std::env::consts::ARCH)),
-            ("fixture_compiler", Json::str(&self.compiler)),
-            ("loadavg_at_start", Json::str(&self.load)),
+    pub fn to_json(&self) -> Value {
+        obj([
+            ("kernel", text(&self.kernel)),
+            ("cpu", text(&self.cpu)),
+            ("nproc", Value::from(self.cpus as i64)),
+            ("mem_gib", num((self.mem_gib * 10.0).round() / 10.0)),
+            ("arch", text(std::env::consts::ARCH)),
+            ("fixture_compiler", text(&self.compiler)),
+            ("loadavg_at_start", text(&self.load)),
         ])
     }
 }

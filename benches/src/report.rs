@@ -4,9 +4,10 @@
 use crate::attach::{self, AttachRow};
 use crate::engines::uprobe_run::{errno_name, HandlerReport, RuntimeStats};
 use crate::engines::{Engine, Failure, Kind};
-use crate::json::Json;
+use crate::json::{num, obj, opt_num, text};
 use crate::machine::Machine;
 use crate::stats::Summary;
+use serde_json::Value;
 
 /// One hit-cost row: every run of one (engine, kind, function, threads).
 #[derive(Clone, Debug)]
@@ -245,7 +246,7 @@ impl Report {
         out
     }
 
-    pub fn to_json(&self) -> Json {
+    pub fn to_json(&self) -> Value {
         let rows = self.rows.iter().map(|r| self.row_json(r)).collect();
         let base = self.startup_base_ms();
         let startup = self
@@ -253,53 +254,51 @@ impl Report {
             .iter()
             .map(|s| {
                 let ms = Summary::of(&s.samples_ms);
-                let mut o = vec![("label", Json::str(&s.label)), ("status", Json::str(status(&s.failure)))];
+                let mut o = vec![("label", text(&s.label)), ("status", text(status(&s.failure)))];
                 if let Some(f) = &s.failure {
-                    o.push(("unavailable", Json::Bool(matches!(f, Failure::Unavailable(_)))));
-                    o.push(("reason", Json::str(f.reason())));
+                    o.push(("unavailable", Value::Bool(matches!(f, Failure::Unavailable(_)))));
+                    o.push(("reason", text(f.reason())));
                 }
-                o.push(("wall_ms", Json::opt_num(ms.map(|m| m.median))));
-                o.push(("wall_ms_min", Json::opt_num(ms.map(|m| m.min))));
-                o.push(("wall_ms_max", Json::opt_num(ms.map(|m| m.max))));
+                o.push(("wall_ms", opt_num(ms.map(|m| m.median))));
+                o.push(("wall_ms_min", opt_num(ms.map(|m| m.min))));
+                o.push(("wall_ms_max", opt_num(ms.map(|m| m.max))));
                 o.push((
                     "over_unprobed_ms",
-                    Json::opt_num(match (&s.handler, ms, base) {
+                    opt_num(match (&s.handler, ms, base) {
                         (Some(_), Some(m), Some(b)) => Some(m.median - b),
                         _ => None,
                     }),
                 ));
-                o.push(("rss_kb", median_u64(&s.rss_kb).map_or(Json::Null, |v| Json::Int(v as i64))));
+                o.push(("rss_kb", median_u64(&s.rss_kb).map_or(Value::Null, |v| Value::from(v as i64))));
                 if let Some(h) = &s.handler {
-                    o.push(("registered", Json::Int(h.registered as i64)));
-                    o.push(("failed", Json::Int(h.failed as i64)));
+                    o.push(("registered", Value::from(h.registered as i64)));
+                    o.push(("failed", Value::from(h.failed as i64)));
                     o.push((
                         "failed_by_errno",
-                        Json::Obj(
-                            h.failed_by_errno.iter().map(|(e, n)| (errno_name(*e), Json::Int(*n as i64))).collect(),
-                        ),
+                        obj(h.failed_by_errno.iter().map(|(e, n)| (errno_name(*e), Value::from(*n as i64)))),
                     ));
-                    o.push(("hits_during_run", Json::Int(h.others as i64)));
+                    o.push(("hits_during_run", Value::from(h.others as i64)));
                 }
                 if let Some(r) = &s.stats {
-                    o.push(("placement_ms", Json::Num(r.placement_ms)));
-                    o.push(("placement_syscalls", Json::Int(r.syscalls as i64)));
-                    o.push(("placement_syscalls_by_kind", Json::str(&r.syscalls_by_kind)));
-                    o.push(("maps_reads", Json::Int(r.maps_reads as i64)));
-                    o.push(("sigtraps_in_runtime", Json::Int(r.traps_in_runtime as i64)));
-                    o.push(("points_armed", Json::Int(r.points as i64)));
-                    o.push(("jumps", Json::Int(r.jumps as i64)));
+                    o.push(("placement_ms", num(r.placement_ms)));
+                    o.push(("placement_syscalls", Value::from(r.syscalls as i64)));
+                    o.push(("placement_syscalls_by_kind", text(&r.syscalls_by_kind)));
+                    o.push(("maps_reads", Value::from(r.maps_reads as i64)));
+                    o.push(("sigtraps_in_runtime", Value::from(r.traps_in_runtime as i64)));
+                    o.push(("points_armed", Value::from(r.points as i64)));
+                    o.push(("jumps", Value::from(r.jumps as i64)));
                 }
-                Json::obj(o)
+                obj(o)
             })
             .collect();
         let memory = self
             .memory()
             .into_iter()
             .map(|(label, rss, added)| {
-                Json::obj([
-                    ("label", Json::str(label)),
-                    ("rss_kb", Json::Int(rss as i64)),
-                    ("added_kb", added.map_or(Json::Null, Json::Int)),
+                obj([
+                    ("label", text(label)),
+                    ("rss_kb", Value::from(rss as i64)),
+                    ("added_kb", added.map_or(Value::Null, Value::from)),
                 ])
             })
             .collect();
@@ -307,12 +306,12 @@ impl Report {
             .sigtrap_ratios()
             .into_iter()
             .map(|r| {
-                Json::obj([
-                    ("function", Json::str(r.function)),
-                    ("int3_entry_ns_per_hit", Json::num(r.ns_per_hit)),
-                    ("int3_entry_ns_per_hit_min", Json::num(r.ns_per_hit_min)),
-                    ("ratio_to_sigtrap", Json::num(r.ratio)),
-                    ("ratio_of_fastest_runs", Json::num(r.ratio_of_mins)),
+                obj([
+                    ("function", text(r.function)),
+                    ("int3_entry_ns_per_hit", num(r.ns_per_hit)),
+                    ("int3_entry_ns_per_hit_min", num(r.ns_per_hit_min)),
+                    ("ratio_to_sigtrap", num(r.ratio)),
+                    ("ratio_of_fastest_runs", num(r.ratio_of_mins)),
                 ])
             })
             .collect();
@@ -320,60 +319,57 @@ impl Report {
             .scaling()
             .into_iter()
             .map(|(e, k, f, one, two)| {
-                Json::obj([
-                    ("engine", Json::str(e.name())),
-                    ("kind", Json::str(k.name())),
-                    ("function", Json::str(f)),
-                    ("ns_per_hit_1_thread", Json::num(one)),
-                    ("ns_per_hit_2_threads", Json::num(two)),
+                obj([
+                    ("engine", text(e.name())),
+                    ("kind", text(k.name())),
+                    ("function", text(f)),
+                    ("ns_per_hit_1_thread", num(one)),
+                    ("ns_per_hit_2_threads", num(two)),
                 ])
             })
             .collect();
-        Json::obj([
+        obj([
             ("machine", self.machine.to_json()),
             (
                 "settings",
-                Json::obj([
-                    ("runs_per_row", Json::Int(self.runs as i64)),
-                    ("target_ms_per_run", Json::num(self.target_ms)),
-                ]),
+                obj([("runs_per_row", Value::from(self.runs as i64)), ("target_ms_per_run", num(self.target_ms))]),
             ),
-            ("rows", Json::Arr(rows)),
-            ("int3_vs_sigtrap", Json::Arr(sigtrap)),
-            ("scaling", Json::Arr(scaling)),
-            ("startup", Json::Arr(startup)),
+            ("rows", Value::Array(rows)),
+            ("int3_vs_sigtrap", Value::Array(sigtrap)),
+            ("scaling", Value::Array(scaling)),
+            ("startup", Value::Array(startup)),
             ("attach", attach::to_json(&self.attach)),
-            ("memory", Json::Arr(memory)),
+            ("memory", Value::Array(memory)),
         ])
     }
 
-    fn row_json(&self, r: &HitRow) -> Json {
+    fn row_json(&self, r: &HitRow) -> Value {
         let mut o = vec![
-            ("engine", Json::str(r.engine.name())),
-            ("kind", Json::str(r.kind.name())),
-            ("function", Json::str(r.function_label())),
-            ("threads", Json::Int(i64::from(r.threads))),
-            ("status", Json::str(status(&r.failure))),
+            ("engine", text(r.engine.name())),
+            ("kind", text(r.kind.name())),
+            ("function", text(r.function_label())),
+            ("threads", Value::from(i64::from(r.threads))),
+            ("status", text(status(&r.failure))),
         ];
         if let Some(f) = &r.failure {
-            o.push(("unavailable", Json::Bool(matches!(f, Failure::Unavailable(_)))));
-            o.push(("reason", Json::str(f.reason())));
+            o.push(("unavailable", Value::Bool(matches!(f, Failure::Unavailable(_)))));
+            o.push(("reason", text(f.reason())));
         }
         let d = self.derived(r);
-        o.push(("ns_per_hit", Json::opt_num(d.map(|d| d.per_hit.median))));
-        o.push(("ns_per_hit_min", Json::opt_num(d.map(|d| d.per_hit.min))));
-        o.push(("ns_per_hit_max", Json::opt_num(d.map(|d| d.per_hit.max))));
-        o.push(("hits_per_sec", Json::opt_num(d.map(|d| d.hits_per_sec.round()))));
-        o.push(("ratio_to_int3", Json::opt_num(d.and_then(|d| d.ratio))));
-        o.push(("raw_ns_per_call", Json::opt_num(d.map(|d| d.raw.median))));
-        o.push(("baseline_ns_per_call", Json::opt_num(d.and_then(|d| d.baseline))));
-        o.push(("hits_per_run", Json::Int(r.hits_per_run as i64)));
-        o.push(("runs", Json::Int(r.samples.len() as i64)));
-        o.push(("rss_kb", median_u64(&r.rss_kb).map_or(Json::Null, |v| Json::Int(v as i64))));
+        o.push(("ns_per_hit", opt_num(d.map(|d| d.per_hit.median))));
+        o.push(("ns_per_hit_min", opt_num(d.map(|d| d.per_hit.min))));
+        o.push(("ns_per_hit_max", opt_num(d.map(|d| d.per_hit.max))));
+        o.push(("hits_per_sec", opt_num(d.map(|d| d.hits_per_sec.round()))));
+        o.push(("ratio_to_int3", opt_num(d.and_then(|d| d.ratio))));
+        o.push(("raw_ns_per_call", opt_num(d.map(|d| d.raw.median))));
+        o.push(("baseline_ns_per_call", opt_num(d.and_then(|d| d.baseline))));
+        o.push(("hits_per_run", Value::from(r.hits_per_run as i64)));
+        o.push(("runs", Value::from(r.samples.len() as i64)));
+        o.push(("rss_kb", median_u64(&r.rss_kb).map_or(Value::Null, |v| Value::from(v as i64))));
         if let Some(s) = &r.strategy {
-            o.push(("strategy", Json::str(s)));
+            o.push(("strategy", text(s)));
         }
-        Json::obj(o)
+        obj(o)
     }
 }
 
@@ -530,7 +526,7 @@ mod tests {
         assert!(table.contains("unavailable: no PMU <here>"), "{table}");
         assert!(table.contains("1,350"), "{table}");
         assert!(table.contains("0.36x"), "{table}");
-        let json = r.to_json().pretty();
+        let json = crate::json::pretty(&r.to_json());
         assert!(json.contains("\"reason\": \"no PMU <here>\""));
         assert!(json.contains("\"ns_per_hit\": 1350"));
         let svg = r.svg();

@@ -1,5 +1,7 @@
-//! Direct system calls: starting the fixture in one of three ways, waiting for it, ptrace
-//! requests, perf_event_open and CPU affinity. Every `unsafe` block of the crate is here.
+//! The kernel, for the benches: starting the fixture in one of three ways (fork and exec,
+//! raw: the child may only make async-signal-safe calls), perf_event_open (which no library
+//! wraps), and through nix: waiting, signals, ptrace requests and CPU affinity. Every
+//! `unsafe` block of the crate is here.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_void, CString};
@@ -7,6 +9,11 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
+
+use nix::sys::ptrace;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid as NixPid;
 
 pub type Pid = libc::pid_t;
 /// The tracee's registers as PTRACE_GETREGS returns them.
@@ -42,16 +49,22 @@ impl Child {
     /// Sends SIGKILL and reaps the child.
     pub fn kill_and_reap(&mut self) {
         self.gate = None;
-        // SAFETY: kill(2) takes plain integers; pid is our own unreaped child.
-        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let _ = kill(NixPid::from_raw(self.pid), Signal::SIGKILL);
         let _ = wait(self.pid);
+    }
+}
+
+/// nix's signal for a number (0: none).
+fn nix_signal(signal: i32) -> io::Result<Option<Signal>> {
+    match signal {
+        0 => Ok(None),
+        n => Signal::try_from(n).map(Some).map_err(io::Error::from),
     }
 }
 
 /// Sends `signal` to process `pid`.
 pub fn signal(pid: Pid, signal: i32) -> io::Result<()> {
-    // SAFETY: kill(2) takes plain integers.
-    cvt(unsafe { libc::kill(pid, signal) } as libc::c_long).map(drop)
+    kill(NixPid::from_raw(pid), nix_signal(signal)?).map_err(io::Error::from)
 }
 
 /// How a waited-for child changed state.
@@ -127,102 +140,73 @@ pub fn spawn(argv: &[CString], stdout: &File, mode: StartMode) -> io::Result<Chi
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two descriptors into the 2-element array it is given.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }.into())?;
-    // SAFETY: both descriptors were just created by pipe2 and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
 }
 
 /// waitpid(pid, __WALL), retried on EINTR.
 pub fn wait(pid: Pid) -> io::Result<Status> {
     loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes one int into `status`.
-        let ret = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-        if ret < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
+        return Ok(match waitpid(NixPid::from_raw(pid), Some(WaitPidFlag::__WALL)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(WaitStatus::Exited(_, code)) => Status::Exited(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => Status::Signaled(signal as i32),
+            Ok(WaitStatus::Stopped(_, signal)) | Ok(WaitStatus::PtraceEvent(_, signal, _)) => {
+                Status::Stopped(signal as i32)
             }
-            return Err(err);
-        }
-        return Ok(if libc::WIFEXITED(status) {
-            Status::Exited(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            Status::Signaled(libc::WTERMSIG(status))
-        } else {
-            Status::Stopped(libc::WSTOPSIG(status))
+            Ok(WaitStatus::PtraceSyscall(_)) => Status::Stopped(libc::SIGTRAP | 0x80),
+            Ok(other) => return Err(io::Error::other(format!("unexpected wait status {other:?}"))),
         });
     }
 }
 
-fn ptrace(request: libc::c_uint, pid: Pid, addr: usize, data: usize) -> io::Result<libc::c_long> {
-    // SAFETY: only requests whose `addr`/`data` are integers or point to a live
-    // user_regs_struct reach here (see the callers below).
-    cvt(unsafe { libc::ptrace(request, pid, addr as *mut c_void, data as *mut c_void) })
-}
-
 pub fn ptrace_set_options(pid: Pid, options: libc::c_int) -> io::Result<()> {
-    ptrace(libc::PTRACE_SETOPTIONS, pid, 0, options as usize).map(drop)
+    let options = ptrace::Options::from_bits(options).ok_or_else(|| io::Error::other("unknown ptrace options"))?;
+    ptrace::setoptions(NixPid::from_raw(pid), options).map_err(io::Error::from)
 }
 
 pub fn ptrace_cont(pid: Pid, signal: i32) -> io::Result<()> {
-    ptrace(libc::PTRACE_CONT, pid, 0, signal as usize).map(drop)
+    ptrace::cont(NixPid::from_raw(pid), nix_signal(signal)?).map_err(io::Error::from)
 }
 
 pub fn ptrace_single_step(pid: Pid) -> io::Result<()> {
-    ptrace(libc::PTRACE_SINGLESTEP, pid, 0, 0).map(drop)
+    ptrace::step(NixPid::from_raw(pid), None).map_err(io::Error::from)
 }
 
 pub fn ptrace_get_regs(pid: Pid) -> io::Result<Regs> {
-    // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-    let mut regs: Regs = unsafe { std::mem::zeroed() };
-    ptrace(libc::PTRACE_GETREGS, pid, 0, (&raw mut regs) as usize)?;
-    Ok(regs)
+    ptrace::getregs(NixPid::from_raw(pid)).map_err(io::Error::from)
 }
 
 pub fn ptrace_set_regs(pid: Pid, regs: &Regs) -> io::Result<()> {
-    ptrace(libc::PTRACE_SETREGS, pid, 0, (&raw const *regs) as usize).map(drop)
+    ptrace::setregs(NixPid::from_raw(pid), *regs).map_err(io::Error::from)
 }
 
 /// A set of CPUs, as sched_setaffinity takes it.
 #[derive(Clone, Copy)]
-pub struct CpuSet(libc::cpu_set_t);
+pub struct CpuSet(nix::sched::CpuSet);
 
 impl CpuSet {
-    /// The set holding only `cpu`.
+    /// The set holding only `cpu` (a cpu beyond the set's size is an error, refused).
     pub fn single(cpu: usize) -> CpuSet {
-        // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: CPU_SET sets one bit of `set` through a bounds-checked index: a cpu beyond
-        // CPU_SETSIZE panics instead of writing outside the set.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).expect("a CPU within CPU_SETSIZE");
         CpuSet(set)
     }
 
     /// The CPUs in the set, ascending.
     pub fn cpus(&self) -> Vec<usize> {
-        (0..libc::CPU_SETSIZE as usize)
-            // SAFETY: CPU_ISSET reads one bit of an initialised set, i < CPU_SETSIZE.
-            .filter(|&i| unsafe { libc::CPU_ISSET(i, &self.0) })
-            .collect()
+        (0..nix::sched::CpuSet::count()).filter(|&i| self.0.is_set(i).unwrap_or(false)).collect()
     }
 }
 
 /// The CPUs the calling thread may run on.
 pub fn affinity() -> io::Result<CpuSet> {
-    // SAFETY: all-zero is a valid cpu_set_t; sched_getaffinity fills at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pointer and size describe `set`.
-    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) }.into())?;
-    Ok(CpuSet(set))
+    nix::sched::sched_getaffinity(NixPid::from_raw(0)).map(CpuSet).map_err(io::Error::from)
 }
 
 /// Restricts the calling thread (and children it forks afterwards) to `set`.
 pub fn set_affinity(set: &CpuSet) -> io::Result<()> {
-    // SAFETY: pointer and size describe an initialised cpu_set_t.
-    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set.0), &set.0) }.into()).map(drop)
+    nix::sched::sched_setaffinity(NixPid::from_raw(0), &set.0).map_err(io::Error::from)
 }
 
 /// `struct perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8, 136 bytes).
@@ -303,6 +287,38 @@ mod tests {
         assert_eq!(wait(child.pid).unwrap(), Status::Exited(3));
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "hi\n");
         let _ = std::fs::remove_file(out);
+    }
+
+    #[test]
+    fn a_traced_child_stops_at_its_exec_and_runs_on_when_continued() {
+        let file = File::create("/dev/null").unwrap();
+        let argv = [CString::new("/bin/sh").unwrap(), CString::new("-c").unwrap(), CString::new("exit 5").unwrap()];
+        let child = spawn(&argv, &file, StartMode::Traced).unwrap();
+        assert_eq!(wait(child.pid).unwrap(), Status::Stopped(libc::SIGTRAP));
+        ptrace_set_options(child.pid, libc::PTRACE_O_EXITKILL).unwrap();
+        let regs = ptrace_get_regs(child.pid).unwrap();
+        assert!(regs.rip != 0 && regs.rsp != 0);
+        ptrace_set_regs(child.pid, &regs).unwrap();
+        ptrace_single_step(child.pid).unwrap();
+        assert_eq!(wait(child.pid).unwrap(), Status::Stopped(libc::SIGTRAP));
+        assert_ne!(ptrace_get_regs(child.pid).unwrap().rip, regs.rip, "one instruction on");
+        ptrace_cont(child.pid, 0).unwrap();
+        assert_eq!(wait(child.pid).unwrap(), Status::Exited(5));
+    }
+
+    #[test]
+    fn signals_and_affinity_go_through() {
+        let file = File::create("/dev/null").unwrap();
+        let argv = [CString::new("/bin/sleep").unwrap(), CString::new("10").unwrap()];
+        let child = spawn(&argv, &file, StartMode::Plain).unwrap();
+        signal(child.pid, libc::SIGTERM).unwrap();
+        assert_eq!(wait(child.pid).unwrap(), Status::Signaled(libc::SIGTERM));
+        let saved = affinity().unwrap();
+        let first = saved.cpus()[0];
+        set_affinity(&CpuSet::single(first)).unwrap();
+        assert_eq!(affinity().unwrap().cpus(), [first]);
+        set_affinity(&saved).unwrap();
+        assert_eq!(affinity().unwrap().cpus(), saved.cpus());
     }
 
     fn tempfile_in_target(name: &str) -> std::path::PathBuf {

@@ -219,17 +219,10 @@ pub fn tempfile(tag: &str) -> PathBuf {
     dir.join(format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
-/// The address `nm` gives for `symbol` in `program`.
+/// The link-time address of `symbol` in `program` (what `nm` shows).
 pub fn nm_address(program: &Path, symbol: &str) -> u64 {
-    let out = Command::new("nm").arg(program).output().expect("run nm");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            let (addr, _kind, name) = (f.next()?, f.next()?, f.next()?);
-            (name == symbol).then(|| u64::from_str_radix(addr, 16).unwrap())
-        })
-        .unwrap_or_else(|| panic!("{symbol} not in nm {}", program.display()))
+    let data = std::fs::read(program).unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    uprobe_contracts::elf::symbol(&data, symbol).unwrap_or_else(|e| panic!("{}: {e}", program.display())).vaddr
 }
 
 /// Instruction offsets of `symbol` in `program`, from `objdump -d`, with their mnemonics.

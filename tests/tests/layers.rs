@@ -1,7 +1,10 @@
 //! The runtime's source reads in layers: `runtime/src` has one folder per layer, each file
 //! imports only from its own folder and the folders below it, no two files import each other
 //! in a circle, and no file is much over 500 lines. This reads the source, as a reviewer
-//! would, and fails on the first import that goes up or closes a circle.
+//! would, and fails on the first import that goes up or closes a circle. Every path form
+//! counts: `crate::`, `super::` and `self::` paths, grouped `use crate::{a::b, c::d}`, and
+//! paths written in code (`crate::probe::x()`); the tests at the end check the reading on
+//! small trees written for them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -32,40 +35,212 @@ fn sources() -> BTreeMap<String, String> {
     files
 }
 
-fn without_comments(text: &str) -> String {
-    text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+/// The source without comments, string and character literals (their text cannot import).
+fn code_only(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &text[i..];
+        if rest.starts_with("//") {
+            i += rest.find('\n').unwrap_or(rest.len());
+        } else if rest.starts_with("/*") {
+            i += rest.find("*/").map_or(rest.len(), |end| end + 2);
+        } else if let Some(hashes) = raw_string_hashes(rest) {
+            let close = format!("\"{}", "#".repeat(hashes));
+            let body = 2 + hashes;
+            i += body + rest[body..].find(&close).map_or(rest.len() - body, |end| end + close.len());
+            out.push_str("\"\"");
+        } else if rest.starts_with('"') {
+            let mut j = 1;
+            while j < rest.len() && rest.as_bytes()[j] != b'"' {
+                j += if rest.as_bytes()[j] == b'\\' { 2 } else { 1 };
+            }
+            i += (j + 1).min(rest.len());
+            out.push_str("\"\"");
+        } else if let Some(len) = char_literal_len(rest) {
+            i += len;
+            out.push_str("' '");
+        } else {
+            let c = rest.chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
 }
 
-/// The files of the crate that `text` names through `crate::LAYER::MODULE` paths.
-fn imports(text: &str, files: &BTreeMap<String, String>) -> BTreeSet<String> {
-    let code = without_comments(text);
-    let mut found = BTreeSet::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        let Some((layer, tail)) = rest.split_once("::") else { continue };
-        if !LAYERS.contains(&layer) {
+/// `r"`, `r#"`, ...: the number of `#`.
+fn raw_string_hashes(rest: &str) -> Option<usize> {
+    let after = rest.strip_prefix('r')?;
+    let hashes = after.len() - after.trim_start_matches('#').len();
+    after[hashes..].starts_with('"').then_some(hashes)
+}
+
+/// The length of a character literal at the start of `rest` (`'x'`, `'\n'`, `'\u{..}'`), or
+/// None for a lifetime.
+fn char_literal_len(rest: &str) -> Option<usize> {
+    let after = rest.strip_prefix('\'')?;
+    let end = if after.starts_with('\\') { after.find('\'')? } else { after.chars().next()?.len_utf8() };
+    (after[end..].starts_with('\'') && end > 0).then_some(end + 2)
+}
+
+/// Every path that starts at `crate::`, `super::` or `self::` in `code`, with the inline
+/// module it is written in (`mod tests { use super::*; }` names the file itself), groups
+/// spelled out: `use crate::{a::b, c::{d, e}}` gives `crate::a::b`, `crate::c::d`,
+/// `crate::c::e`. Paths written in code (`crate::probe::x()`) count as imports too.
+fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    // Open inline modules: (name, the brace depth inside them).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    let word_start =
+        |i: usize| i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
+    while i < bytes.len() {
+        let rest = &code[i..];
+        match bytes[i] {
+            b'{' => depth += 1,
+            b'}' => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        if word_start(i) && rest.starts_with("mod ") {
+            let name: String =
+                rest[4..].trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let after = rest[4..].trim_start()[name.len()..].trim_start();
+            if after.starts_with('{') {
+                inline.push((name, depth + 1));
+            }
+        }
+        if word_start(i) && ["crate::", "super::", "self::"].iter().any(|root| rest.starts_with(root)) {
+            let (trees, len) = use_tree(rest);
+            let within: Vec<String> = inline.iter().map(|(n, _)| n.clone()).collect();
+            found.extend(trees.into_iter().map(|t| (within.clone(), t)));
+            i += len.max(1);
             continue;
         }
-        let modules: Vec<&str> = if let Some(group) = tail.strip_prefix('{') {
-            group
-                .split('}')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .map(|m| m.trim().split("::").next().unwrap_or(""))
-                .collect()
-        } else {
-            vec![tail.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or("")]
-        };
-        for m in modules {
-            let name = format!("{layer}/{}", m.split_whitespace().next().unwrap_or(""));
-            if files.contains_key(&name) {
-                found.insert(name);
+        i += 1;
+    }
+    found
+}
+
+/// The paths of the use tree at the start of `text`, and the bytes it spans.
+fn use_tree(text: &str) -> (Vec<Vec<String>>, usize) {
+    let mut prefix = Vec::new();
+    let mut i = 0;
+    loop {
+        let rest = &text[i..];
+        let ws = rest.len() - rest.trim_start().len();
+        let rest = &rest[ws..];
+        i += ws;
+        if let Some(group) = rest.strip_prefix('{') {
+            i += 1;
+            let mut all = Vec::new();
+            let mut at = 0;
+            loop {
+                let (subs, len) = use_tree(&group[at..]);
+                all.extend(subs.into_iter().map(|s| [prefix.clone(), s].concat()));
+                at += len;
+                let tail = &group[at..];
+                let ws = tail.len() - tail.trim_start().len();
+                at += ws;
+                match group[at..].chars().next() {
+                    Some(',') => at += 1,
+                    Some('}') => return (all, i + at + 1),
+                    _ => return (all, i + at),
+                }
+                if group[at..].trim_start().starts_with('}') {
+                    let ws = group[at..].len() - group[at..].trim_start().len();
+                    return (all, i + at + ws + 1);
+                }
+            }
+        }
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '*').collect();
+        if name.is_empty() {
+            return (vec![prefix].into_iter().filter(|p| !p.is_empty()).collect(), i);
+        }
+        prefix.push(name.clone());
+        i += name.len();
+        if !text[i..].starts_with("::") {
+            return (vec![prefix], i);
+        }
+        i += 2;
+    }
+}
+
+/// The file (`folder/module`, or `folder/mod`) that an absolute module path lands in.
+fn file_of(path: &[String], files: &BTreeMap<String, String>) -> Option<String> {
+    let layer = path.first()?;
+    if let Some(module) = path.get(1) {
+        let name = format!("{layer}/{module}");
+        if files.contains_key(&name) {
+            return Some(name);
+        }
+    }
+    let name = format!("{layer}/mod");
+    files.contains_key(&name).then_some(name)
+}
+
+/// The files of the crate that the file `name` (`folder/file`, `folder/mod`) names, by any
+/// path form.
+fn imports(name: &str, text: &str, files: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let (folder, file) = name.split_once('/').unwrap();
+    let module: Vec<String> = if file == "mod" { vec![folder.into()] } else { vec![folder.into(), file.into()] };
+    let mut found = BTreeSet::new();
+    for (inline, path) in paths(&code_only(text)) {
+        let mut at: Vec<String> = [module.clone(), inline].concat();
+        let mut rest = path.as_slice();
+        match rest.first().map(String::as_str) {
+            Some("crate") => {
+                at.clear();
+                rest = &rest[1..];
+            }
+            Some("self") => rest = &rest[1..],
+            _ => {}
+        }
+        while rest.first().is_some_and(|s| s == "super") {
+            at.pop();
+            rest = &rest[1..];
+        }
+        let absolute: Vec<String> = [at, rest.to_vec()].concat();
+        // Only paths into the layers are files of the runtime (not `crate::some_macro`).
+        if absolute.first().is_some_and(|l| LAYERS.contains(&l.as_str())) {
+            if let Some(dep) = file_of(&absolute, files) {
+                found.insert(dep);
             }
         }
     }
+    found.remove(name);
     found
+}
+
+/// Each file's imports.
+fn graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    files.iter().map(|(name, text)| (name.clone(), imports(name, text, files))).collect()
+}
+
+/// An import circle, as its files in order, if there is one.
+fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    for start in graph.keys() {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<Vec<&String>> = graph[start].iter().map(|d| vec![start, d]).collect();
+        while let Some(path) = todo.pop() {
+            let at = *path.last().unwrap();
+            if at == start {
+                return Some(path.into_iter().cloned().collect());
+            }
+            if seen.insert(at) {
+                todo.extend(graph.get(at).into_iter().flatten().map(|d| [path.clone(), vec![d]].concat()));
+            }
+        }
+    }
+    None
 }
 
 fn layer_of(file: &str) -> usize {
@@ -76,34 +251,71 @@ fn layer_of(file: &str) -> usize {
 fn imports_only_go_down_and_never_in_a_circle() {
     let files = sources();
     assert!(files.len() > 20, "runtime sources not found: {files:?}");
-    let graph: BTreeMap<String, BTreeSet<String>> = files
-        .iter()
-        .map(|(name, text)| {
-            let mut deps = imports(text, &files);
-            deps.remove(name);
-            (name.clone(), deps)
-        })
-        .collect();
+    let graph = graph(&files);
     for (file, deps) in &graph {
         for dep in deps {
             assert!(layer_of(dep) <= layer_of(file), "{file} imports {dep}, from a layer above it");
         }
     }
-    // A circle: a file that reaches itself.
-    for start in graph.keys() {
-        let mut seen = BTreeSet::new();
-        let mut todo: Vec<(&String, Vec<&String>)> = graph[start].iter().map(|d| (d, vec![start, d])).collect();
-        while let Some((at, path)) = todo.pop() {
-            assert!(at != start, "import circle: {}", path.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" -> "));
-            if seen.insert(at) {
-                todo.extend(graph[at].iter().map(|d| {
-                    let mut p = path.clone();
-                    p.push(d);
-                    (d, p)
-                }));
-            }
-        }
+    if let Some(circle) = circle(&graph) {
+        panic!("import circle: {}", circle.join(" -> "));
     }
+}
+
+/// A small tree written for the test: `folder/file` -> source.
+fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+    files.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect()
+}
+
+fn deps_of(files: &BTreeMap<String, String>, name: &str) -> Vec<String> {
+    imports(name, &files[name], files).into_iter().collect()
+}
+
+#[test]
+fn every_path_form_is_an_import() {
+    let files = tree(&[
+        ("base/sys", ""),
+        ("base/maps", ""),
+        ("base/mod", "pub mod sys;\npub mod maps;\npub use self::sys::read;"),
+        ("probe/table", ""),
+        ("probe/mod", "pub fn shared() {}"),
+        ("hazard/exec", ""),
+        ("hazard/fork", ""),
+        ("hazard/crate_form", "use crate::base::sys;"),
+        ("hazard/grouped", "use crate::{base::sys, probe::{table, shared}};"),
+        ("hazard/inline", "fn f() { crate::base::maps::parse(); }"),
+        ("hazard/sup", "fn f() { super::exec::resolve_all(); }"),
+        ("hazard/sup_group", "use super::{exec::x, fork};"),
+        ("hazard/mod", "use self::exec::x;\nuse super::probe::table;"),
+        ("hazard/tests_only", "#[cfg(test)]\nmod tests {\n    use super::*;\n    use super::super::fork::y;\n}"),
+        ("hazard/not_code", "// crate::base::sys\nconst S: &str = \"crate::probe::table\"; const C: char = '{';\nuse crate::base::maps;"),
+    ]);
+    assert_eq!(deps_of(&files, "hazard/crate_form"), ["base/sys"]);
+    assert_eq!(deps_of(&files, "hazard/grouped"), ["base/sys", "probe/mod", "probe/table"]);
+    assert_eq!(deps_of(&files, "hazard/inline"), ["base/maps"]);
+    assert_eq!(deps_of(&files, "hazard/sup"), ["hazard/exec"]);
+    assert_eq!(deps_of(&files, "hazard/sup_group"), ["hazard/exec", "hazard/fork"]);
+    assert_eq!(deps_of(&files, "hazard/mod"), ["hazard/exec", "probe/table"]);
+    assert_eq!(deps_of(&files, "base/mod"), ["base/sys"]);
+    assert_eq!(deps_of(&files, "hazard/tests_only"), ["hazard/fork"], "super inside `mod tests` is the file itself");
+    assert_eq!(deps_of(&files, "hazard/not_code"), ["base/maps"], "comments and literals import nothing");
+}
+
+#[test]
+fn a_circle_through_any_path_form_is_found() {
+    let circular = tree(&[
+        ("hazard/endings", "pub fn init() { super::exec::resolve_all(); }"),
+        ("hazard/exec", "use crate::hazard::{endings::end, environ};"),
+        ("hazard/environ", ""),
+    ]);
+    let found = circle(&graph(&circular)).expect("the circle is seen");
+    assert!(found.contains(&"hazard/endings".to_string()) && found.contains(&"hazard/exec".to_string()), "{found:?}");
+    let straight = tree(&[
+        ("hazard/endings", "use crate::hazard::environ;"),
+        ("hazard/exec", "use crate::hazard::{endings::end, environ};"),
+        ("hazard/environ", ""),
+    ]);
+    assert_eq!(circle(&graph(&straight)), None);
 }
 
 #[test]
@@ -148,7 +360,7 @@ fn cli_sources() -> BTreeMap<String, String> {
                     "mod" => prefix.trim_end_matches('/').to_string(),
                     _ => format!("{prefix}{stem}"),
                 };
-                out.insert(key, code_only(&std::fs::read_to_string(&path).unwrap()));
+                out.insert(key, cli_code(&std::fs::read_to_string(&path).unwrap()));
             }
         }
     }
@@ -158,39 +370,8 @@ fn cli_sources() -> BTreeMap<String, String> {
 }
 
 /// `text` without its `#[cfg(test)] mod tests`, comments, string and character literals.
-fn code_only(text: &str) -> String {
-    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let rest = |n: usize| chars.get(i + n).copied().unwrap_or(' ');
-        match chars[i] {
-            '/' if rest(1) == '/' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-                continue;
-            }
-            '"' => {
-                i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
-                }
-                out.push_str("\"\"");
-            }
-            '\'' if rest(1) == '\\' || rest(2) == '\'' => {
-                i += 1;
-                while i < chars.len() && chars[i] != '\'' {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
-                }
-                out.push_str("' '");
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    out
+fn cli_code(text: &str) -> String {
+    code_only(text.split("#[cfg(test)]\nmod tests").next().unwrap_or(""))
 }
 
 /// The paths written in `code`, each as its segments (`use a::{b, c::d}` gives `a::b` and
@@ -375,7 +556,7 @@ fn the_layers_test_reads_every_path_form_of_the_command_line() {
         ("q", ""),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), code_only(v)))
+    .map(|(k, v)| (k.to_string(), cli_code(v)))
     .collect();
     let imports = |name: &str| cli_imports(name, &files).into_iter().collect::<Vec<_>>();
     assert_eq!(imports("main"), ["a", "b"]);

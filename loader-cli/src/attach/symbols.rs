@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSegment};
+use uprobe_contracts::elf;
 
 use crate::attach::error::AttachError;
 use crate::attach::target::Mapping;
@@ -17,17 +18,11 @@ pub fn lookup(path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError
 
 /// [`lookup`] in the bytes of the file `path` names.
 pub fn lookup_in(bytes: &[u8], path: &Path, name: &str) -> Result<Option<(u64, u64)>, AttachError> {
-    let file = object::File::parse(bytes).map_err(|e| AttachError::Read {
+    let found = elf::find(bytes, name, true).map_err(|e| AttachError::Read {
         path: path.into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
-    let base = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-    let found = file
-        .dynamic_symbols()
-        .chain(file.symbols())
-        .find(|s| s.is_definition() && s.kind() == object::SymbolKind::Text && s.name() == Ok(name))
-        .map(|s| (s.address(), base));
-    Ok(found)
+    Ok(found.map(|s| (s.vaddr, s.image_start)))
 }
 
 /// Where `needle` first appears in the executable segments of the ELF file at `path`: its

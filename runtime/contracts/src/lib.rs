@@ -6,7 +6,7 @@
 //!   returns, and their names;
 //! - [`spec`]: the run's spec, encoded by `uprobe-run` and decoded by the runtime;
 //! - [`wire`]: the messages of an attach session's socket;
-//! - [`maps`]: lines of `/proc/PID/maps`;
+//! - [`maps`]: lines of `/proc/PID/maps`; `elf` (feature `elf`): symbols of ELF files;
 //! - [`def`]: event definitions in the kernel's `uprobe_events` grammar, their fetchargs
 //!   ([`fetch`]), and predicates in the kernel's event-filter grammar, compiled by
 //!   `uprobe-run` into a small program that travels in the run spec and that the runtime runs
@@ -18,6 +18,8 @@
 
 pub mod abi;
 pub mod def;
+#[cfg(feature = "elf")]
+pub mod elf;
 pub mod errno;
 pub mod fetch;
 pub mod filter;

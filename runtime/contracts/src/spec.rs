@@ -8,6 +8,11 @@
 
 use thiserror::Error;
 
+mod encode;
+mod options;
+pub use encode::encode;
+use encode::{check, END, FORMATS};
+
 /// The environment variable that carries the spec of a launch.
 pub const ENV_SPEC: &str = "UPROBE_RUN_SPEC";
 
@@ -98,38 +103,6 @@ pub struct Options {
     pub followed_exec: bool,
 }
 
-/// An option's field in [`Options`].
-type Field = fn(&mut Options) -> &mut bool;
-
-impl Options {
-    /// Each option's record name, with its field.
-    const ALL: [(&'static str, Field); 9] = [
-        ("follow-exec", |o| &mut o.follow_exec),
-        ("no-follow-fork", |o| &mut o.no_follow_fork),
-        ("followed-exec", |o| &mut o.followed_exec),
-        ("no-optimize", |o| &mut o.no_optimize),
-        ("verbose", |o| &mut o.verbose),
-        ("full-vector-state", |o| &mut o.full_vector_state),
-        ("stats", |o| &mut o.stats),
-        ("lenient", |o| &mut o.lenient),
-        ("raw-address", |o| &mut o.raw_address),
-    ];
-
-    /// Sets the option named `name` (as its record, or a configuration file, names it).
-    pub fn set(&mut self, name: &str) -> Result<(), SpecError> {
-        let (_, field) =
-            Self::ALL.iter().find(|(n, _)| *n == name).ok_or_else(|| SpecError::UnknownOption(name.into()))?;
-        *field(self) = true;
-        Ok(())
-    }
-
-    /// The names of the options set, in record order.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        let mut copy = *self;
-        Self::ALL.iter().filter(move |(_, field)| *field(&mut copy)).map(|(name, _)| *name)
-    }
-}
-
 /// Why a text is not a spec, or a spec cannot be written as one.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum SpecError {
@@ -163,108 +136,6 @@ pub enum SpecError {
         value: String,
     },
 }
-
-/// The key of the record that closes a spec.
-const END: &str = "end\t";
-
-/// FNV-1a, 64 bits: the check of the `end` record.
-fn check(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// The spec as its text: the records in a fixed order, then the `end` record.
-pub fn encode(spec: &Spec) -> Result<String, SpecError> {
-    let mut text = String::new();
-    let mut record = |key: &'static str, value: &str| {
-        if value.contains(['\n', '\0']) {
-            return Err(SpecError::Unencodable { key, value: value.into() });
-        }
-        text.push_str(key);
-        text.push('\t');
-        text.push_str(value);
-        text.push('\n');
-        Ok(())
-    };
-    for h in &spec.handlers {
-        record("handlers", h)?;
-    }
-    for (name, value) in &spec.params {
-        if name.contains('=') {
-            return Err(SpecError::Unencodable { key: "param", value: name.clone() });
-        }
-        record("param", &format!("{name}={value}"))?;
-    }
-    if let Some(output) = &spec.output {
-        record("output", output)?;
-    }
-    for name in spec.options.names() {
-        record("option", name)?;
-    }
-    for def in &spec.events {
-        record("event", def)?;
-    }
-    for path in &spec.event_files {
-        record("events", path)?;
-    }
-    for (n, program) in &spec.filters {
-        record("filter", &format!("{n}\t{program}"))?;
-    }
-    if let Some(format) = &spec.format {
-        if !FORMATS.contains(&format.as_str()) {
-            return Err(SpecError::Unencodable { key: "format", value: format.clone() });
-        }
-        record("format", format)?;
-    }
-    if let Some(size) = spec.buffer_size {
-        record("buffer-size", &size.to_string())?;
-    }
-    for trigger in &spec.triggers {
-        record("trigger", trigger)?;
-    }
-    if let Some(n) = spec.max_events {
-        record("max-events", &n.to_string())?;
-    }
-    let a = &spec.aggregate;
-    if a.count {
-        record("count", "")?;
-    }
-    if let Some(by) = &a.by {
-        record("by", by)?;
-    }
-    if let Some(top) = a.top {
-        record("top", &top.to_string())?;
-    }
-    for h in &a.hists {
-        record("hist", h)?;
-    }
-    for h in &a.lhists {
-        record("lhist", h)?;
-    }
-    for l in &a.latency {
-        record("latency", l)?;
-    }
-    if let Some(ns) = a.interval_ns {
-        record("interval", &ns.to_string())?;
-    }
-    if a.cumulative {
-        record("cumulative", "")?;
-    }
-    if let Some(fd) = a.feed {
-        if fd < 0 {
-            return Err(SpecError::Unencodable { key: "feed", value: fd.to_string() });
-        }
-        record("feed", &fd.to_string())?;
-    }
-    if let Some(pattern) = &spec.list {
-        record("list", pattern)?;
-    }
-    let sum = check(text.as_bytes());
-    text.push_str(&format!("{END}{sum:016x}"));
-    Ok(text)
-}
-
-/// The formats a `format` record may name.
-const FORMATS: [&str; 3] = ["text", "json", "chrome"];
 
 /// The spec a text encodes: every record checked, the whole text checked against its `end`
 /// record. Never panics, whatever the text.

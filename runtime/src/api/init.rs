@@ -8,7 +8,7 @@ use crate::api::{ending, exports, handlers};
 use crate::base::lock::Mutex;
 use crate::base::spec::{self, Spec};
 use crate::base::{disable, output, stats, sys};
-use crate::hazard::{dl, endings, environ, fds, fork, signals, sigtrap, spawn};
+use crate::hazard::{dl, endings, environ, exec, fds, fork, signals, sigtrap, spawn};
 use crate::insn::{patch, vector};
 use crate::probe::{deferred, dispatch, extent, place, rcu, registry, thread};
 use crate::trace;
@@ -94,6 +94,7 @@ extern "C" fn init() {
         STARTED.store(AT_START, Ordering::SeqCst);
     }
     endings::init(ending::finish);
+    exec::resolve_all();
     // SAFETY: at_exit is an extern "C" fn() that stays loaded until the process ends.
     unsafe { libc::atexit(endings::at_exit) };
     start(&spec);

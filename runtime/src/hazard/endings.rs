@@ -83,7 +83,6 @@ pub fn init(report: fn(Ending)) {
     for next in [&EXIT, &EXIT_UPPER, &EXIT_LIBC] {
         next.resolve();
     }
-    super::exec::resolve_all();
 }
 
 /// Remembers the process's id (start-up, and the child of `fork`).

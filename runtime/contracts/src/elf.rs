@@ -1,15 +1,18 @@
-//! Addresses of functions in ELF files: link-time address, size and file offset of a symbol,
-//! and the list of exported functions of a library. No process state.
+//! Symbols of ELF files, for `uprobe-run`, the tests and the benches (the runtime reads its
+//! own tables where it runs): link-time address, size and file offset of a symbol, and the
+//! list of exported functions of a library. Pure: bytes in, values out.
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashSet;
 
-/// A function symbol of an ELF file.
+/// A symbol of an ELF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FuncSym {
+    /// Its name.
     pub name: String,
     /// Link-time address (st_value).
     pub vaddr: u64,
+    /// Its size in bytes.
     pub size: u64,
     /// Offset of the first byte in the file: what kernel uprobes take.
     pub file_offset: u64,
@@ -29,14 +32,26 @@ fn parse(data: &[u8]) -> Result<object::File<'_>, String> {
     object::File::parse(data).map_err(|e| format!("not an ELF file: {e}"))
 }
 
-/// Looks `name` up in .symtab, then .dynsym.
+/// The defined function `name`: the dynamic symbols first (what the file exports), then the
+/// symbol table. An error for data that is not ELF or a name that is not there.
 pub fn function(data: &[u8], name: &str) -> Result<FuncSym, String> {
+    find(data, name, true)?.ok_or_else(|| format!("no function {name}"))
+}
+
+/// The defined symbol `name` of any kind (a function, a variable), looked up as [`function`].
+pub fn symbol(data: &[u8], name: &str) -> Result<FuncSym, String> {
+    find(data, name, false)?.ok_or_else(|| format!("no symbol {name}"))
+}
+
+/// The one lookup: `functions` keeps to code symbols. An error for data that is not ELF or
+/// a symbol in no loaded segment.
+pub fn find(data: &[u8], name: &str, functions: bool) -> Result<Option<FuncSym>, String> {
     let file = parse(data)?;
-    let sym = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .find(|s| s.name() == Ok(name) && s.is_definition())
-        .ok_or_else(|| format!("no symbol {name}"))?;
+    let Some(sym) = file.dynamic_symbols().chain(file.symbols()).find(|s| {
+        s.name() == Ok(name) && if functions { s.is_definition() && s.kind() == SymbolKind::Text } else { defined(s) }
+    }) else {
+        return Ok(None);
+    };
     let vaddr = sym.address();
     let mut image_start = u64::MAX;
     let mut file_offset = None;
@@ -47,13 +62,19 @@ pub fn function(data: &[u8], name: &str) -> Result<FuncSym, String> {
             file_offset = Some(off + (vaddr - seg.address()));
         }
     }
-    Ok(FuncSym {
+    Ok(Some(FuncSym {
         name: name.to_owned(),
         vaddr,
         size: sym.size(),
         file_offset: file_offset.ok_or_else(|| format!("{name} is in no loaded segment"))?,
         image_start,
-    })
+    }))
+}
+
+/// Whether `s` is defined here as nm shows it: in a section, and not the name of a section or
+/// a file (a label written in assembly has no type, and object does not count it a definition).
+fn defined<'data>(s: &impl ObjectSymbol<'data>) -> bool {
+    !s.is_undefined() && s.section_index().is_some() && !matches!(s.kind(), SymbolKind::Section | SymbolKind::File)
 }
 
 /// Names of the functions a library exports (.dynsym, defined, non-zero size), one per
@@ -104,6 +125,11 @@ mod tests {
     fn unknown_symbols_and_non_elf_data_are_errors() {
         assert!(function(&own_exe(), "no_such_symbol_here").is_err());
         assert!(function(b"not elf", "main").is_err());
+        assert_eq!(find(&own_exe(), "no_such_symbol_here", false), Ok(None));
+        assert_eq!(
+            find(&own_exe(), "main", false).unwrap().unwrap().vaddr,
+            function(&own_exe(), "main").unwrap().vaddr
+        );
     }
 
     #[test]
