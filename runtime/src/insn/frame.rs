@@ -1,8 +1,46 @@
 //! The register frame of the trap-free paths: assembly that builds a `struct pt_regs` on the
 //! stack (its address left in %rbx, which calls preserve), saves the vector registers below
 //! it, and the way back. The jump probes' common entry and the return trampoline (in
-//! `probe::dispatch` and `probe::retprobe`) are made of it, so one definition serves both.
-//! The invoking `global_asm!` names `vector_area` and `vector_mask` (see [`crate::insn::vector`]).
+//! `probe::dispatch` and `probe::retprobe`) are made of it with [`trap_free_entry`], so one
+//! definition serves both; the constants below are the one description of the stack that
+//! code builds, read by the stub generator (`stub`) and by the Rust code that reads the area.
+//!
+//! The stack at the call of the Rust function, upwards from %rbx:
+//!
+//! ```text
+//! rbx + 0                    struct pt_regs (PT_REGS_SIZE bytes, pushed by save_pt_regs)
+//! rbx + RESUME_SLOT          the address to resume at: a jump stub's return address (its
+//!                            relocated instructions), or the trampoline's pushed 0; the Rust
+//!                            function's result is stored here and the entry returns to it
+//! jump stubs only:
+//! rbx + CONTEXT_SLOT         the stub's context word (the probe point)
+//! rbx + CONTEXT_SLOT + 8     the red zone the stub stepped over (RED_ZONE bytes), then the
+//!                            program's stack pointer at the probe (JUMP_CALLER_RSP)
+//! the trampoline:
+//! rbx + RETURN_CALLER_RSP    the caller's stack pointer after the hooked `ret`
+//! ```
+
+use crate::base::abi::PtRegs;
+
+/// Bytes of the `struct pt_regs` the frame pushes (21 words, the kernel's order).
+pub const PT_REGS_SIZE: usize = core::mem::size_of::<PtRegs>();
+/// Bytes below a function's stack pointer that the x86-64 ABI lets it use without moving it:
+/// a stub entered in the middle of code steps over them before it pushes anything.
+pub const RED_ZONE: usize = 128;
+/// From the `struct pt_regs` to the word holding the address to resume at.
+pub const RESUME_SLOT: usize = PT_REGS_SIZE;
+/// From the `struct pt_regs` to a jump stub's context word (above its return address).
+pub const CONTEXT_SLOT: usize = RESUME_SLOT + 8;
+/// What a jump stub puts below the program's stack pointer before its `call`: the red zone
+/// stepped over and the context word. The common entry's `ret` drops them.
+pub const STUB_FRAME: usize = RED_ZONE + 8;
+/// From the `struct pt_regs` to the program's stack pointer at a jump probe.
+pub const JUMP_CALLER_RSP: usize = CONTEXT_SLOT + 8 + RED_ZONE;
+/// From the `struct pt_regs` to the caller's stack pointer after a hooked return.
+pub const RETURN_CALLER_RSP: usize = RESUME_SLOT + 8;
+/// The saved flags, from the stack pointer the restore has once r15..r8 are popped (its
+/// `sahf` reads them there): the ten words before `rax` are gone.
+pub const FLAGS_AFTER_POPS: usize = core::mem::offset_of!(PtRegs, eflags) - core::mem::offset_of!(PtRegs, rax);
 
 /// Assembly shared by the jump stubs' common code and the return trampoline: a
 /// `struct pt_regs` built on the stack (its address left in %rbx, which the call preserves),
@@ -68,14 +106,66 @@ macro_rules! restore_pt_regs {
             "mov rsp, rbx\n",
             "pop r15\n pop r14\n pop r13\n pop r12\n pop rbp\n pop rbx\n",
             "pop r11\n pop r10\n pop r9\n pop r8\n",
-            "mov al, byte ptr [rsp + 65]\n", // OF is bit 3 of the flags' second byte
+            "mov al, byte ptr [rsp + {flags_after_pops} + 1]\n", // OF is bit 3 of the flags' second byte
             "and al, 8\n shl al, 4\n add al, 0x80\n",
-            "mov ah, byte ptr [rsp + 64]\n sahf\n",
+            "mov ah, byte ptr [rsp + {flags_after_pops}]\n sahf\n",
             "pop rax\n pop rcx\n pop rdx\n pop rsi\n pop rdi\n",
-            "lea rsp, [rsp + 48]\n", // orig_rax, rip, cs, eflags, rsp, ss; lea keeps the flags
+            "lea rsp, [rsp + {after_rdi}]\n", // orig_rax, rip, cs, eflags, rsp, ss; lea keeps the flags
         )
+    };
+}
+
+/// A trap-free entry point `$name`: after `$prologue`, saves a `struct pt_regs` (and the
+/// vector state), calls `extern "C" fn $callee(&mut PtRegs) -> usize`, stores its result in
+/// the [`RESUME_SLOT`], restores everything and leaves with `$epilogue`, which finds the
+/// stack as it was after `$prologue` with the resume address on top. Constants the prologue
+/// or the epilogue name follow as `NAME = const VALUE`.
+macro_rules! trap_free_entry {
+    ($name:literal, $prologue:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)*) => {
+        core::arch::global_asm!(
+            concat!(".pushsection .text.", $name, ",\"ax\",@progbits"),
+            concat!(".globl ", $name),
+            concat!(".hidden ", $name),
+            concat!(".type ", $name, ",@function"),
+            ".p2align 4",
+            concat!($name, ":"),
+            $prologue,
+            $crate::insn::frame::save_pt_regs!(),
+            "mov rdi, rbx",
+            "call {callee}",
+            "mov qword ptr [rbx + {resume_slot}], rax",
+            $crate::insn::frame::restore_pt_regs!(),
+            $epilogue,
+            concat!(".size ", $name, ", . - ", $name),
+            ".popsection",
+            callee = sym $callee,
+            vector_area = sym $crate::insn::vector::AREA_SIZE,
+            vector_mask = sym $crate::insn::vector::MASK,
+            resume_slot = const $crate::insn::frame::RESUME_SLOT,
+            flags_after_pops = const $crate::insn::frame::FLAGS_AFTER_POPS,
+            after_rdi = const $crate::insn::frame::PT_REGS_SIZE - core::mem::offset_of!($crate::base::abi::PtRegs, orig_rax),
+            $($op = const $val,)*
+        );
     };
 }
 
 pub(crate) use restore_pt_regs;
 pub(crate) use save_pt_regs;
+pub(crate) use trap_free_entry;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_the_one_the_code_pushes() {
+        // save_pt_regs pushes 21 words, rsp first below ss: the struct, in the kernel's order.
+        assert_eq!(PT_REGS_SIZE, 21 * 8);
+        assert_eq!(core::mem::offset_of!(PtRegs, eflags), 18 * 8);
+        assert_eq!(FLAGS_AFTER_POPS, 64);
+        // `ret {stub_frame}` after popping the resume address leaves the program's %rsp.
+        assert_eq!(RESUME_SLOT + 8 + STUB_FRAME, JUMP_CALLER_RSP);
+        assert_eq!(JUMP_CALLER_RSP, 312);
+        assert_eq!(RETURN_CALLER_RSP, 22 * 8);
+    }
+}

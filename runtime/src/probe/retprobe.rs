@@ -167,8 +167,8 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
 /// Called by the trampoline with the registers it saved (normal context). Runs the return
 /// handlers of every record for this return and gives the address to resume at.
 extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
-    // The trampoline pushed the resume slot and 21 registers since the `ret` popped.
-    let caller_rsp = regs as *mut PtRegs as usize + 22 * 8;
+    // The trampoline pushed the resume slot and the registers since the `ret` popped.
+    let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
     let slot = caller_rsp - 8;
     regs.rsp = caller_rsp as u64;
     regs.cs = 0x33;
@@ -226,26 +226,8 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
     rcu::read_unlock(epoch);
 }
 
-core::arch::global_asm!(
-    ".pushsection .text.uprobe_ret_trampoline,\"ax\",@progbits",
-    ".globl uprobe_ret_trampoline",
-    ".hidden uprobe_ret_trampoline",
-    ".type uprobe_ret_trampoline,@function",
-    ".p2align 4",
-    "uprobe_ret_trampoline:",
-    "push 0", // becomes the address to resume at
-    crate::insn::frame::save_pt_regs!(),
-    "mov rdi, rbx",
-    "call {return_hit}",
-    "mov qword ptr [rbx + 168], rax",
-    crate::insn::frame::restore_pt_regs!(),
-    "ret",
-    ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
-    ".popsection",
-    return_hit = sym return_hit,
-    vector_area = sym crate::insn::vector::AREA_SIZE,
-    vector_mask = sym crate::insn::vector::MASK,
-);
+// The pushed 0 becomes the address to resume at.
+crate::insn::frame::trap_free_entry!("uprobe_ret_trampoline", "push 0", return_hit, "ret");
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before
 /// code that reads return addresses runs).
