@@ -73,6 +73,7 @@ pub unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usi
 static ERRNO_OFFSET: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(isize::MIN);
 
 /// The calling thread's thread pointer (`%fs:0` holds its own address on x86-64).
+#[inline(always)]
 fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: reading the TCB self pointer has no side effects.
@@ -88,6 +89,7 @@ pub fn init_errno() {
 }
 
 /// The address of the calling thread's errno (signal-safe, no call).
+#[inline(always)]
 pub fn errno_location() -> *mut i32 {
     let offset = ERRNO_OFFSET.load(core::sync::atomic::Ordering::Relaxed);
     if offset == isize::MIN {
@@ -98,6 +100,7 @@ pub fn errno_location() -> *mut i32 {
 }
 
 /// Reads errno.
+#[inline(always)]
 pub fn errno() -> Errno {
     // SAFETY: errno_location gives this thread's errno slot, valid for the thread's life.
     unsafe { *errno_location() }

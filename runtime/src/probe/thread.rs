@@ -1,7 +1,10 @@
-//! The runtime's per-thread state, in one thread-local block: the hit paths reach all of it
-//! with a single TLS lookup (in a shared library, every thread-local access is a call into
-//! the dynamic loader, which is never probed). A runtime loaded into a running process
-//! (attach) keeps the states in a pool found by the thread pointer instead (see below).
+//! The runtime's per-thread state, in one thread-local block. In a shared library every
+//! thread-local access is a call into the dynamic loader (`__tls_get_addr`); the hit paths
+//! make none: a runtime preloaded with the program has its thread-local storage in the
+//! static TLS block, at the same offset from every thread's thread pointer (`%fs:0`), which
+//! start-up measures once ([`init_static`]); from then on the state is one load of `%fs:0`
+//! and an add. A runtime loaded into a running process (attach) keeps the states in a pool
+//! found by the thread pointer instead (see below).
 //!
 //! Signal-safe: the block is constant-initialised, has no destructor, and lives in the static
 //! TLS of a preloaded library, so no access allocates or registers anything.
@@ -18,7 +21,7 @@
 //!   module's init).
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::base::sys;
 use crate::probe::returns::ReturnStack;
@@ -82,10 +85,36 @@ thread_local! {
     };
 }
 
+/// Where `STATE` lies from the thread pointer, the same in every thread (measured by
+/// [`init_static`]), or `NOT_STATIC` before, and where the runtime was not preloaded.
+static STATE_OFFSET: AtomicIsize = AtomicIsize::new(NOT_STATIC);
+const NOT_STATIC: isize = isize::MIN;
+
+/// Measures where the thread state lies from the thread pointer (start-up of a runtime
+/// preloaded with the program, before any probe is placed and before the program's threads
+/// exist). The dynamic loader gives the thread-local storage of every library loaded with
+/// the program a fixed place in the static TLS block, below the thread pointer (the x86-64
+/// TLS ABI, variant II), and copies it for each new thread at that same place.
+pub fn init_static() {
+    let at = STATE.with(|s| s as *const ThreadState as usize);
+    let offset = at.wrapping_sub(thread_pointer()) as isize;
+    // The static block lies below the thread pointer and is small; anything else would be
+    // storage the loader allocated for this thread alone: keep the loader's lookup then.
+    if (-(1 << 24)..0).contains(&offset) {
+        STATE_OFFSET.store(offset, Ordering::Relaxed);
+    }
+}
+
 /// The calling thread's state. The reference cannot leave the thread (`ThreadState` is not
 /// `Sync`), and the thread outlives every use of it.
 #[inline]
 pub fn current() -> &'static ThreadState {
+    let offset = STATE_OFFSET.load(Ordering::Relaxed);
+    if offset != NOT_STATIC {
+        // SAFETY: the thread's own copy of `STATE`, at the offset every thread has it (see
+        // `init_static`), as long-lived and confined as below.
+        return unsafe { &*(thread_pointer().wrapping_add(offset as usize) as *const ThreadState) };
+    }
     if POOLED.load(Ordering::Relaxed) {
         return pooled();
     }
@@ -145,6 +174,7 @@ pub fn pooled_states() -> bool {
     POOLED.load(Ordering::Relaxed)
 }
 
+#[inline(always)]
 fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: on x86-64 Linux, %fs:0 holds the thread pointer itself (the TLS ABI).
@@ -222,11 +252,13 @@ pub fn pool_after_fork() {
 
 impl ThreadState {
     /// Reads errno (no call into libc: see `base::sys::errno_location`).
+    #[inline(always)]
     pub fn errno(&self) -> i32 {
         crate::base::sys::errno()
     }
 
     /// Writes errno.
+    #[inline(always)]
     pub fn set_errno(&self, value: i32) {
         // SAFETY: the slot is this thread's errno, valid for the thread's life.
         unsafe { *crate::base::sys::errno_location() = value }
@@ -251,6 +283,7 @@ impl ThreadState {
 
     /// Whether a hit now is the runtime's own, or comes from inside a handler or a handler
     /// library's entry point: it then runs no handler.
+    #[inline(always)]
     pub fn quiet(&self) -> bool {
         self.busy.get() || self.depth.get() != 0 || self.entry.get() != 0
     }
