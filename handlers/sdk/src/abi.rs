@@ -77,6 +77,8 @@ pub const UPTY_URETPROBE: c_int = 1;
 pub struct Uprobe {
     /// 0 or `getpid()`: the runtime probes its own process only.
     pub pid: libc::pid_t,
+    /// `UPROBE_*` flags (`UPROBE_NO_VECTORS`: the handlers use no vector register).
+    pub flags: core::ffi::c_uint,
     pub vaddr: c_ulong,
     pub handler: Option<UprobeHandler>,
     pub registration_callback: Option<RegistrationCallback>,
@@ -91,6 +93,7 @@ impl Uprobe {
     pub const fn zeroed() -> Self {
         Self {
             pid: 0,
+            flags: 0,
             vaddr: 0,
             handler: None,
             registration_callback: None,

@@ -1,6 +1,6 @@
 //! The `repr(C)` types of `include/uprobe.h`. Field order and names are a contract.
 
-use core::ffi::{c_char, c_int, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
 /// `struct pt_regs`, in the x86_64 kernel UAPI order.
 #[repr(C)]
@@ -29,6 +29,21 @@ pub struct PtRegs {
     pub ss: c_ulong,
 }
 
+/// `UPROBE_NO_VECTORS`: the probe's handlers (and an entry handler's) use no vector or
+/// floating-point register, so a jump probe need not save them around the call.
+pub const UPROBE_NO_VECTORS: c_uint = 1;
+/// Every flag this runtime knows; a `flags` word with any other bit set is taken as none
+/// (a probe object whose padding was never zeroed stays on the safe side).
+pub const UPROBE_KNOWN_FLAGS: c_uint = UPROBE_NO_VECTORS;
+
+impl Uprobe {
+    /// Whether the probe declares its handlers free of vector registers (see
+    /// [`UPROBE_NO_VECTORS`]).
+    pub fn vector_free(&self) -> bool {
+        self.flags & !UPROBE_KNOWN_FLAGS == 0 && self.flags & UPROBE_NO_VECTORS != 0
+    }
+}
+
 /// `enum uprobe_type`.
 pub const UPTY_UPROBE: c_int = 0;
 pub const UPTY_URETPROBE: c_int = 1;
@@ -43,6 +58,8 @@ pub type UretprobeEntryHandler = unsafe extern "C" fn(*mut UretprobeInstance, *m
 #[derive(Debug)]
 pub struct Uprobe {
     pub pid: libc::pid_t,
+    /// `UPROBE_*` flags (in what was the padding after `pid`: the layout is unchanged).
+    pub flags: c_uint,
     pub vaddr: c_ulong,
     pub handler: Option<UprobeHandler>,
     pub registration_callback: Option<RegistrationCallback>,
@@ -88,6 +105,7 @@ mod tests {
 
     #[test]
     fn uprobe_layout_matches_the_header() {
+        assert_eq!(offset_of!(Uprobe, flags), 4);
         assert_eq!(offset_of!(Uprobe, vaddr), 8);
         assert_eq!(offset_of!(Uprobe, handler), 16);
         assert_eq!(offset_of!(Uprobe, registration_callback), 24);

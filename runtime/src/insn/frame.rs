@@ -42,27 +42,13 @@ pub const RETURN_CALLER_RSP: usize = RESUME_SLOT + 8;
 /// `sahf` reads them there): the ten words before `rax` are gone.
 pub const FLAGS_AFTER_POPS: usize = core::mem::offset_of!(PtRegs, eflags) - core::mem::offset_of!(PtRegs, rax);
 
-/// Assembly shared by the jump stubs' common code and the return trampoline: a
-/// `struct pt_regs` built on the stack (its address left in %rbx, which the call preserves),
-/// the vector registers saved below it, and the way back. The invoking `global_asm!` names
-/// `vector_area`: 0 to save xmm0-15 with plain moves (what a handler built for x86-64 may
-/// change), or the size of an XSAVE area for the whole vector state (`--full-vector-state`).
-/// The flags come back without popfq, which costs more than the rest of the restore: OF by an
-/// addition that overflows exactly when it was set, then the others with sahf (DF is clear at
-/// function entries and returns, as the ABI has it).
-macro_rules! save_pt_regs {
+/// Saves the vector registers below %rsp, aligning it (clobbers rax and rdx). The invoking
+/// `global_asm!` names `vector_area`: 0 to save xmm0-15 with plain moves (what a handler
+/// built for x86-64 may change), or the size of an XSAVE area for the whole vector state
+/// (`--full-vector-state`), and `vector_mask`, the XSAVE components.
+macro_rules! save_vectors {
     () => {
         concat!(
-            "push 0\n", // ss
-            "push 0\n", // rsp
-            "pushfq\n",
-            "push 0\n",  // cs
-            "push 0\n",  // rip
-            "push -1\n", // orig_rax
-            "push rdi\n push rsi\n push rdx\n push rcx\n push rax\n",
-            "push r8\n push r9\n push r10\n push r11\n",
-            "push rbx\n push rbp\n push r12\n push r13\n push r14\n push r15\n",
-            "mov rbx, rsp\n",
             "mov rax, qword ptr [rip + {vector_area}]\n",
             "test rax, rax\n jnz 71f\n",
             "sub rsp, 256\n and rsp, -16\n",
@@ -82,13 +68,12 @@ macro_rules! save_pt_regs {
             "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
             "xsave64 [rsp]\n",
             "72:\n",
-            "cld\n",
         )
     };
 }
 
-/// The way back from [`save_pt_regs`], leaving %rsp where it was before the first push.
-macro_rules! restore_pt_regs {
+/// Puts back what [`save_vectors`] saved at %rsp (clobbers rax and rdx; %rsp stays).
+macro_rules! restore_vectors {
     () => {
         concat!(
             "cmp qword ptr [rip + {vector_area}], 0\n jnz 73f\n",
@@ -103,6 +88,46 @@ macro_rules! restore_pt_regs {
             "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
             "xrstor64 [rsp]\n",
             "74:\n",
+        )
+    };
+}
+
+/// Assembly shared by the jump stubs' common code and the return trampoline: a
+/// `struct pt_regs` built on the stack (its address left in %rbx, which the call preserves),
+/// the vector registers saved below it unless %r12d is 0 (set by the `$choose` code the
+/// entry runs first, once the general registers are saved; %r12 keeps it across the call),
+/// and the way back. The flags come back without popfq, which costs more than the rest of the
+/// restore: OF by an addition that overflows exactly when it was set, then the others with
+/// sahf (DF is clear at function entries and returns, as the ABI has it).
+macro_rules! save_pt_regs {
+    ($choose:literal) => {
+        concat!(
+            "push 0\n", // ss
+            "push 0\n", // rsp
+            "pushfq\n",
+            "push 0\n",  // cs
+            "push 0\n",  // rip
+            "push -1\n", // orig_rax
+            "push rdi\n push rsi\n push rdx\n push rcx\n push rax\n",
+            "push r8\n push r9\n push r10\n push r11\n",
+            "push rbx\n push rbp\n push r12\n push r13\n push r14\n push r15\n",
+            "mov rbx, rsp\n",
+            $choose,
+            "\ntest r12d, r12d\n jz 75f\n",
+            $crate::insn::frame::save_vectors!(),
+            "75:\n",
+            "cld\n",
+        )
+    };
+}
+
+/// The way back from [`save_pt_regs`], leaving %rsp where it was before the first push.
+macro_rules! restore_pt_regs {
+    () => {
+        concat!(
+            "test r12d, r12d\n jz 76f\n",
+            $crate::insn::frame::restore_vectors!(),
+            "76:\n",
             "mov rsp, rbx\n",
             "pop r15\n pop r14\n pop r13\n pop r12\n pop rbp\n pop rbx\n",
             "pop r11\n pop r10\n pop r9\n pop r8\n",
@@ -116,12 +141,13 @@ macro_rules! restore_pt_regs {
 }
 
 /// A trap-free entry point `$name`: after `$prologue`, saves a `struct pt_regs` (and the
-/// vector state), calls `extern "C" fn $callee(&mut PtRegs) -> usize`, stores its result in
+/// vector state, unless `$choose` leaves %r12d 0), calls
+/// `extern "C" fn $callee(&mut PtRegs, vectors_saved: bool) -> usize`, stores its result in
 /// the [`RESUME_SLOT`], restores everything and leaves with `$epilogue`, which finds the
 /// stack as it was after `$prologue` with the resume address on top. Constants the prologue
 /// or the epilogue name follow as `NAME = const VALUE`.
 macro_rules! trap_free_entry {
-    ($name:literal, $prologue:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)*) => {
+    ($name:literal, $prologue:literal, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)*) => {
         core::arch::global_asm!(
             concat!(".pushsection .text.", $name, ",\"ax\",@progbits"),
             concat!(".globl ", $name),
@@ -130,8 +156,9 @@ macro_rules! trap_free_entry {
             ".p2align 4",
             concat!($name, ":"),
             $prologue,
-            $crate::insn::frame::save_pt_regs!(),
+            $crate::insn::frame::save_pt_regs!($choose),
             "mov rdi, rbx",
+            "mov esi, r12d",
             "call {callee}",
             "mov qword ptr [rbx + {resume_slot}], rax",
             $crate::insn::frame::restore_pt_regs!(),
@@ -150,7 +177,9 @@ macro_rules! trap_free_entry {
 }
 
 pub(crate) use restore_pt_regs;
+pub(crate) use restore_vectors;
 pub(crate) use save_pt_regs;
+pub(crate) use save_vectors;
 pub(crate) use trap_free_entry;
 
 #[cfg(test)]

@@ -41,3 +41,43 @@ pub fn save_full_state() -> bool {
     AREA_SIZE.store((size + 63) & !63, Ordering::Relaxed);
     true
 }
+
+core::arch::global_asm!(
+    ".pushsection .text.uprobe_vector_safe,\"ax\",@progbits",
+    ".globl uprobe_vector_safe",
+    ".hidden uprobe_vector_safe",
+    ".type uprobe_vector_safe,@function",
+    ".p2align 4",
+    "uprobe_vector_safe:",
+    "push rbp\n mov rbp, rsp\n push rbx\n push r12",
+    "mov rbx, rdi\n mov r12, rsi",
+    crate::insn::frame::save_vectors!(),
+    "mov rdi, r12\n call rbx",
+    crate::insn::frame::restore_vectors!(),
+    "lea rsp, [rbp - 16]\n pop r12\n pop rbx\n pop rbp\n ret",
+    ".size uprobe_vector_safe, . - uprobe_vector_safe",
+    ".popsection",
+    vector_area = sym AREA_SIZE,
+    vector_mask = sym MASK,
+);
+
+extern "C" {
+    /// Calls `f(arg)` with the vector registers saved around it as the jump stubs save them.
+    fn uprobe_vector_safe(f: extern "C" fn(usize), arg: usize);
+}
+
+/// Runs `f` with the vector registers saved around it, from code that may not touch them
+/// itself (a jump probe's hit that skipped their save: see `probe::dispatch`). Any context.
+#[inline(always)]
+pub fn saving_vectors<F: FnOnce()>(f: F) {
+    extern "C" fn call<F: FnOnce()>(arg: usize) {
+        // SAFETY: `arg` is the `Option<F>` below, alive for the call, taken once.
+        if let Some(f) = unsafe { (*(arg as *mut Option<F>)).take() } {
+            f();
+        }
+    }
+    let mut f = Some(f);
+    // SAFETY: the helper calls `call::<F>` once with the pointer, on this thread, and saves
+    // and restores only registers the ABI lets a call change.
+    unsafe { uprobe_vector_safe(call::<F>, &mut f as *mut Option<F> as usize) };
+}

@@ -21,7 +21,7 @@ use crate::base::abi::{PtRegs, Uprobe};
 use crate::base::{stats, sys};
 use crate::insn::decode::Plan;
 use crate::insn::emulate::{self, Cpu};
-use crate::insn::{frame, stub};
+use crate::insn::{frame, stub, vector};
 use crate::probe::table::{self, Consumer, Consumers, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
 use crate::probe::{deferred, rcu, retprobe};
@@ -173,7 +173,8 @@ fn hit_section<R>(t: &ThreadState, pp: &ProbePoint, f: impl FnOnce(Option<&Consu
     rcu::read_unlock(epoch);
     t.busy.set(false);
     if t.queued.get() != 0 {
-        deferred::run_deferred();
+        // Registration is no hit-path code: it may use the vector registers.
+        vector::saving_vectors(deferred::run_deferred);
     }
     t.set_errno(saved_errno);
     result
@@ -200,7 +201,7 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
         None => run_displaced(pp, gregs),
         Some(consumers) => {
             let mut regs = regs_from(gregs, pp.addr);
-            run_consumers(pp, consumers, &mut regs, t);
+            run_consumers(pp, consumers, &mut regs, t, true);
             regs_into(&regs, gregs);
             if regs.rip as usize == pp.addr {
                 run_displaced(pp, gregs);
@@ -215,8 +216,8 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
 
 /// A hit through a jump probe's stub (normal context): runs the handlers on `regs` and gives
 /// the address to resume at: `resume` (the relocated instructions), or where a handler sent
-/// the thread.
-fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
+/// the thread. `vectors_saved`: whether the stub saved the vector registers.
+fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize, vectors_saved: bool) -> usize {
     regs.rip = pp.addr as u64;
     let t = thread::current();
     if t.quiet() {
@@ -225,7 +226,7 @@ fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
     }
     hit_section(t, pp, |consumers| {
         if let Some(consumers) = consumers {
-            run_consumers(pp, consumers, regs, t);
+            run_consumers(pp, consumers, regs, t, vectors_saved);
         }
     });
     if regs.rip as usize == pp.addr {
@@ -275,9 +276,22 @@ fn run_uprobe_handler(u: *mut Uprobe, consumer: Consumer, regs: &mut PtRegs, t: 
 }
 
 /// Calls the handlers of `consumers` in registration order (busy, in a read-side section).
+/// Without `vectors_saved` (a jump probe whose consumers were all vector-free when the hit
+/// began), a consumer that needs them (registered since) is called with them saved here.
 #[inline(always)]
-fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState) {
+fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState, vectors_saved: bool) {
     for &consumer in &consumers.probes {
+        if !vectors_saved && consumer.needs_vectors() {
+            vector::saving_vectors(|| run_consumer(pp, consumer, regs, t));
+        } else {
+            run_consumer(pp, consumer, regs, t);
+        }
+    }
+}
+
+#[inline(always)]
+fn run_consumer(pp: &ProbePoint, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+    {
         match consumer {
             Consumer::Uprobe(u) => run_uprobe_handler(u, consumer, regs, t),
             Consumer::Uretprobe(rp) => {
@@ -290,9 +304,11 @@ fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &
     }
 }
 
-/// Called by the common stub code with the registers it saved; runs the handlers of the probe
-/// point and gives the address to resume at (normal context).
-extern "C" fn jump_hit(regs: &mut PtRegs) -> usize {
+/// Called by the common stub code with the registers it saved (the vector registers too if
+/// `vectors_saved`); runs the handlers of the probe point and gives the address to resume at
+/// (normal context). Nothing this reaches touches a vector register unless they were saved,
+/// or through `vector::saving_vectors` (the `vectors` test reads the built code).
+extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     let area = regs as *mut PtRegs as usize;
     // SAFETY: the stub left its return address and the probe point's address there (see
     // `insn::frame`'s layout).
@@ -303,11 +319,21 @@ extern "C" fn jump_hit(regs: &mut PtRegs) -> usize {
     regs.ss = 0x2b;
     // SAFETY: the stub was built for this probe point, which is never freed.
     let pp = unsafe { &*(pp as *const ProbePoint) };
-    direct_hit(pp, regs, resume)
+    direct_hit(pp, regs, resume, vectors_saved)
 }
 
 // To the resume address; drops the context word and the red zone.
-frame::trap_free_entry!("uprobe_jump_common", "", jump_hit, "ret {stub_frame}", stub_frame = const frame::STUB_FRAME);
+// The vectors are saved where the probe point says its consumers need them.
+frame::trap_free_entry!(
+    "uprobe_jump_common",
+    "",
+    "mov rax, qword ptr [rbx + {context_slot}]\n movzx r12d, byte ptr [rax + {pp_vectors}]",
+    jump_hit,
+    "ret {stub_frame}",
+    stub_frame = const frame::STUB_FRAME,
+    context_slot = const frame::CONTEXT_SLOT,
+    pp_vectors = const core::mem::offset_of!(ProbePoint, vectors)
+);
 
 extern "C" {
     fn uprobe_jump_common();

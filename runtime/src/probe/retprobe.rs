@@ -166,7 +166,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
 
 /// Called by the trampoline with the registers it saved (normal context). Runs the return
 /// handlers of every record for this return and gives the address to resume at.
-extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
+extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
     // The trampoline pushed the resume slot and the registers since the `ret` popped.
     let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
     let slot = caller_rsp - 8;
@@ -227,7 +227,8 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
 }
 
 // The pushed 0 becomes the address to resume at.
-crate::insn::frame::trap_free_entry!("uprobe_ret_trampoline", "push 0", return_hit, "ret");
+// The return handlers are found only after the save: the vectors are always saved.
+crate::insn::frame::trap_free_entry!("uprobe_ret_trampoline", "push 0", "mov r12d, 1", return_hit, "ret");
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before
 /// code that reads return addresses runs).

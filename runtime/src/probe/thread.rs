@@ -62,6 +62,9 @@ pub struct ThreadState {
     /// only (`trace::filter`; a fork's child forgets them).
     pub filter_tid: Cell<i32>,
     pub filter_comm: Cell<[u8; 16]>,
+    /// The thread's block of counters (`aggregate::blocks`' word: 0 until its first counted
+    /// hit), kept here so that the hit path finds it without a call into the dynamic loader.
+    pub block: Cell<usize>,
 }
 
 thread_local! {
@@ -81,6 +84,7 @@ thread_local! {
             own: Cell::new(false),
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
+            block: Cell::new(0),
         }
     };
 }
@@ -115,12 +119,21 @@ pub fn current() -> &'static ThreadState {
         // `init_static`), as long-lived and confined as below.
         return unsafe { &*(thread_pointer().wrapping_add(offset as usize) as *const ThreadState) };
     }
+    current_slow()
+}
+
+/// [`current`] before start-up, or for a runtime not preloaded: through the pool, or the
+/// dynamic loader's lookup, which is no hit-path code (it may use the vector registers).
+#[cold]
+fn current_slow() -> &'static ThreadState {
     if POOLED.load(Ordering::Relaxed) {
         return pooled();
     }
+    let mut state = core::ptr::null::<ThreadState>();
+    crate::insn::vector::saving_vectors(|| state = STATE.with(|s| s as *const ThreadState));
     // SAFETY: the block lives as long as the thread; the `'static` reference is confined to
     // this thread because `&ThreadState` is not `Send`.
-    STATE.with(|s| unsafe { &*(s as *const ThreadState) })
+    unsafe { &*state }
 }
 
 // The states of a runtime loaded into a running process (attach). Its thread-local storage
@@ -161,6 +174,7 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     own: Cell::new(false),
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
+    block: Cell::new(0),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it

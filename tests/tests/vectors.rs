@@ -1,0 +1,130 @@
+//! Which hits save the vector registers: the runtime's own hit path and aggregation code use
+//! none (read from the built libuprobe.so), a jump probe whose handlers declare
+//! `UPROBE_NO_VECTORS` skips their save, and every other probe keeps it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter, IntelFormatter, OpKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use uprobe_tests::*;
+
+/// Where a walk of the hit path stops, and why it may:
+/// - `uprobe_vector_safe` saves the vector registers around the code it calls (which it gets
+///   by pointer, so the walk does not follow it anyway);
+/// - `retprobe::on_entry` runs only for return probes, whose points always save them, and
+///   through `uprobe_vector_safe` where a hit began before such a probe was registered.
+const STOPS: [&str; 2] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h"];
+
+/// Every function of libuprobe.so reachable from `start` (part of a mangled name) by direct
+/// calls and jumps, but for [`STOPS`]: returns the problems found (vector registers, calls
+/// that leave the library's own code, e.g. through the PLT to `__tls_get_addr`).
+fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
+    let obj = object::File::parse(data).unwrap();
+    let text = obj.section_by_name(".text").unwrap();
+    let (base, code) = (text.address(), text.data().unwrap());
+    let mut functions = BTreeMap::new();
+    for s in obj.symbols() {
+        if s.kind() == SymbolKind::Text && s.size() > 0 {
+            functions.insert(s.address(), (s.name().unwrap_or("").to_string(), s.size()));
+        }
+    }
+    let first = functions
+        .iter()
+        .find(|(_, (name, _))| name.contains(start))
+        .map(|(&at, _)| at)
+        .unwrap_or_else(|| panic!("no function {start} in libuprobe.so"));
+    let (mut todo, mut seen, mut problems) = (vec![first], BTreeSet::new(), Vec::new());
+    let mut formatter = IntelFormatter::new();
+    while let Some(at) = todo.pop() {
+        if !seen.insert(at) {
+            continue;
+        }
+        let (name, size) = &functions[&at];
+        if STOPS.iter().any(|s| name.contains(s)) {
+            continue;
+        }
+        let bytes = &code[(at - base) as usize..(at - base + size) as usize];
+        for insn in Decoder::with_ip(64, bytes, at, DecoderOptions::NONE) {
+            let vector = (0..insn.op_count()).any(|i| {
+                insn.op_kind(i) == OpKind::Register && {
+                    let r = insn.op_register(i);
+                    r.is_xmm() || r.is_ymm() || r.is_zmm()
+                }
+            });
+            let mut text = String::new();
+            formatter.format(&insn, &mut text);
+            if vector {
+                problems.push(format!("{name}+{:#x}: {text}", insn.ip() - at));
+            }
+            let direct = matches!(
+                insn.flow_control(),
+                FlowControl::Call | FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+            ) && insn.op0_kind() == OpKind::NearBranch64;
+            if direct {
+                let target = insn.near_branch_target();
+                if (at..at + size).contains(&target) {
+                    continue;
+                }
+                if functions.contains_key(&target) {
+                    todo.push(target);
+                } else {
+                    problems.push(format!("{name}+{:#x}: {text} (leaves the runtime's code)", insn.ip() - at));
+                }
+            }
+        }
+    }
+    (seen.len(), problems)
+}
+
+#[test]
+fn the_hit_path_and_the_aggregation_handler_touch_no_vector_register() {
+    ensure_built();
+    let data = std::fs::read(artefact("libuprobe.so")).unwrap();
+    // The Rust side of a jump hit, and the handler of every counted entry event.
+    for start in ["5probe8dispatch8jump_hit17h", "9aggregate3hit8on_entry17h"] {
+        let (functions, problems) = walk(&data, start);
+        assert!(functions > 1, "{start}: {functions} functions");
+        assert!(problems.is_empty(), "{start} reaches:\n{}", problems.join("\n"));
+    }
+}
+
+fn jump_probe() -> std::path::PathBuf {
+    gcc("jump_probe", &["fixtures/jump_probe.c", "fixtures/jump_asm.S"], &["-O2", "-g"])
+}
+
+fn regcheck(params: &[&str]) -> String {
+    let prog = jump_probe();
+    let handler = test_handler("xmm_clobber");
+    let mut args = vec!["--handlers", handler.to_str().unwrap()];
+    for p in params {
+        args.extend(["--param", p]);
+    }
+    args.push(prog.to_str().unwrap());
+    let run = run_uprobe(&args);
+    assert!(run.status.success(), "{}", run.stderr);
+    run.stdout.lines().filter(|l| l.starts_with("regcheck")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_probe_declared_vector_free_skips_the_save_and_others_keep_it() {
+    let ok = "regcheck: ok\nregcheck: ok\nregcheck: ok";
+    // By default the handler's xmm3 never reaches the program.
+    assert_eq!(regcheck(&[]), ok);
+    // Declared free of vectors, the handler's write reaches it (xmm3 is register 16 + 3) on
+    // the jump path, which saved nothing; the trap path restores everything the kernel saved.
+    let skipped = if int3_only() { ok.to_string() } else { ["regcheck: register 19 changed"; 3].join("\n") };
+    assert_eq!(regcheck(&["novec=1"]), skipped);
+    // One probe at the place that does not declare it: the point saves them for both.
+    assert_eq!(regcheck(&["novec=1", "mixed=1"]), ok);
+}
+
+#[test]
+fn counting_keeps_every_register_without_saving_the_vectors() {
+    // --count's handler is declared vector-free: the program's xmm0-15 (and the rest) pass.
+    let prog = jump_probe();
+    let place = format!("p:regcheck_site {}:regcheck_site", prog.display());
+    let run = run_uprobe(&["--count", "-e", &place, prog.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stdout.starts_with("regcheck: ok\nregcheck: ok\nregcheck: ok\n"), "{}", run.stdout);
+    assert!(run.output.lines().any(|l| l.split_whitespace().eq(["regcheck_site", "3"])), "{}", run.output);
+}
