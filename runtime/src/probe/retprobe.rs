@@ -227,8 +227,18 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
 }
 
 // The pushed 0 becomes the address to resume at.
-// The return handlers are found only after the save: the vectors are always saved.
-crate::insn::frame::trap_free_entry!("uprobe_ret_trampoline", "push 0", "mov r12d, 1", return_hit, "ret");
+// The return handlers are found only after the save: the vectors are always saved. The way
+// out is an indirect jump, not a `ret`: the return that came here already took the caller's
+// entry of the return-stack buffer, and a second `ret` would take (and mispredict) its
+// caller's, leaving every later return of the program one entry off. The resume address
+// is read just below the stack pointer, in the red zone, which signal delivery skips.
+crate::insn::frame::trap_free_entry!(
+    "uprobe_ret_trampoline",
+    "push 0",
+    "mov r12d, 1",
+    return_hit,
+    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]"
+);
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before
 /// code that reads return addresses runs).

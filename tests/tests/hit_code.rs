@@ -1,6 +1,7 @@
-//! Which hits save the vector registers: the runtime's own hit path and aggregation code use
-//! none (read from the built libuprobe.so), a jump probe whose handlers declare
-//! `UPROBE_NO_VECTORS` skips their save, and every other probe keeps it.
+//! The code of the hit paths: which hits save the vector registers (the runtime's own hit path
+//! and aggregation code use none, read from the built libuprobe.so; a jump probe whose
+//! handlers declare `UPROBE_NO_VECTORS` skips their save, every other probe keeps it), and how
+//! the return trampoline leaves.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,19 +16,24 @@ use uprobe_tests::*;
 ///   through `uprobe_vector_safe` where a hit began before such a probe was registered.
 const STOPS: [&str; 2] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h"];
 
-/// Every function of libuprobe.so reachable from `start` (part of a mangled name) by direct
-/// calls and jumps, but for [`STOPS`]: returns the problems found (vector registers, calls
-/// that leave the library's own code, e.g. through the PLT to `__tls_get_addr`).
-fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
+/// The text section of libuprobe.so (its address and bytes) and its functions by address.
+fn functions(data: &[u8]) -> (u64, &[u8], BTreeMap<u64, (String, u64)>) {
     let obj = object::File::parse(data).unwrap();
     let text = obj.section_by_name(".text").unwrap();
-    let (base, code) = (text.address(), text.data().unwrap());
     let mut functions = BTreeMap::new();
     for s in obj.symbols() {
         if s.kind() == SymbolKind::Text && s.size() > 0 {
             functions.insert(s.address(), (s.name().unwrap_or("").to_string(), s.size()));
         }
     }
+    (text.address(), text.data().unwrap(), functions)
+}
+
+/// Every function of libuprobe.so reachable from `start` (part of a mangled name) by direct
+/// calls and jumps, but for [`STOPS`]: returns the problems found (vector registers, calls
+/// that leave the library's own code, e.g. through the PLT to `__tls_get_addr`).
+fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
+    let (base, code, functions) = functions(data);
     let first = functions
         .iter()
         .find(|(_, (name, _))| name.contains(start))
@@ -127,4 +133,17 @@ fn counting_keeps_every_register_without_saving_the_vectors() {
     assert!(run.status.success(), "{}", run.stderr);
     assert!(run.stdout.starts_with("regcheck: ok\nregcheck: ok\nregcheck: ok\n"), "{}", run.stdout);
     assert!(run.output.lines().any(|l| l.split_whitespace().eq(["regcheck_site", "3"])), "{}", run.output);
+}
+
+#[test]
+fn the_return_trampoline_leaves_by_an_indirect_jump() {
+    // A `ret` there would pop the return-stack buffer a second time for one return.
+    ensure_built();
+    let data = std::fs::read(artefact("libuprobe.so")).unwrap();
+    let (base, code, functions) = functions(&data);
+    let (&at, (_, size)) = functions.iter().find(|(_, (name, _))| name == "uprobe_ret_trampoline").unwrap();
+    let bytes = &code[(at - base) as usize..(at - base + size) as usize];
+    let insns: Vec<_> = Decoder::with_ip(64, bytes, at, DecoderOptions::NONE).into_iter().collect();
+    assert!(insns.iter().all(|i| i.flow_control() != FlowControl::Return), "a ret in the trampoline");
+    assert_eq!(insns.last().unwrap().flow_control(), FlowControl::IndirectBranch);
 }
