@@ -65,6 +65,9 @@ pub struct ThreadState {
     /// The thread's block of counters (`aggregate::blocks`' word: 0 until its first counted
     /// hit), kept here so that the hit path finds it without a call into the dynamic loader.
     pub block: Cell<usize>,
+    /// The thread's trace ring (`trace::buffers`' word: 0 until its first record), kept
+    /// here for the same reason.
+    pub ring: Cell<u32>,
 }
 
 thread_local! {
@@ -85,6 +88,7 @@ thread_local! {
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
             block: Cell::new(0),
+            ring: Cell::new(0),
         }
     };
 }
@@ -175,6 +179,7 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
     block: Cell::new(0),
+    ring: Cell::new(0),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it
