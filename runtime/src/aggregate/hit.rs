@@ -82,7 +82,7 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 }
 
 /// Counts a hit of event `index`. Vector-free (the probes say so with `UPROBE_NO_VECTORS`,
-/// and the `vectors` test reads the built code): what may use vector registers (filters,
+/// and the `hit_code` test reads the built code): what may use vector registers (filters,
 /// keys, histogram values, a thread's first claim) runs through `saving_vectors`.
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {

@@ -307,13 +307,15 @@ fn run_consumer(pp: &ProbePoint, consumer: Consumer, regs: &mut PtRegs, t: &Thre
 /// Called by the common stub code with the registers it saved (the vector registers too if
 /// `vectors_saved`); runs the handlers of the probe point and gives the address to resume at
 /// (normal context). Nothing this reaches touches a vector register unless they were saved,
-/// or through `vector::saving_vectors` (the `vectors` test reads the built code).
+/// or through `vector::saving_vectors` (the `hit_code` test reads the built code).
 extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     let area = regs as *mut PtRegs as usize;
-    // SAFETY: the stub left its return address and the probe point's address there (see
-    // `insn::frame`'s layout).
-    let (resume, pp) =
-        unsafe { (*((area + frame::RESUME_SLOT) as *const usize), *((area + frame::CONTEXT_SLOT) as *const usize)) };
+    let word = |offset: usize| {
+        // SAFETY: the stub left its return address and the probe point's address above the
+        // registers (see `insn::frame`'s layout).
+        unsafe { *((area + offset) as *const usize) }
+    };
+    let (resume, pp) = (word(frame::RESUME_SLOT), word(frame::CONTEXT_SLOT));
     regs.rsp = (area + frame::JUMP_CALLER_RSP) as u64;
     regs.cs = 0x33;
     regs.ss = 0x2b;

@@ -58,7 +58,7 @@ pub struct Handlers {
     pub ret: UretprobeHandler,
     pub ret_entry: Option<UretprobeEntryHandler>,
     pub data_size: usize,
-    /// Whether `entry` touches no vector register (checked by the `vectors` test), so a jump
+    /// Whether `entry` touches no vector register (checked by the `hit_code` test), so a jump
     /// probe calling only it skips their save.
     pub vector_free: bool,
 }
