@@ -42,56 +42,6 @@ pub const RETURN_CALLER_RSP: usize = RESUME_SLOT + 8;
 /// `sahf` reads them there): the ten words before `rax` are gone.
 pub const FLAGS_AFTER_POPS: usize = core::mem::offset_of!(PtRegs, eflags) - core::mem::offset_of!(PtRegs, rax);
 
-/// Saves the vector registers below %rsp, aligning it (clobbers rax and rdx). The invoking
-/// `global_asm!` names `vector_area`: 0 to save xmm0-15 with plain moves (what a handler
-/// built for x86-64 may change), or the size of an XSAVE area for the whole vector state
-/// (`--full-vector-state`), and `vector_mask`, the XSAVE components.
-macro_rules! save_vectors {
-    () => {
-        concat!(
-            "mov rax, qword ptr [rip + {vector_area}]\n",
-            "test rax, rax\n jnz 71f\n",
-            "sub rsp, 256\n and rsp, -16\n",
-            "movaps [rsp], xmm0\n movaps [rsp + 16], xmm1\n movaps [rsp + 32], xmm2\n",
-            "movaps [rsp + 48], xmm3\n movaps [rsp + 64], xmm4\n movaps [rsp + 80], xmm5\n",
-            "movaps [rsp + 96], xmm6\n movaps [rsp + 112], xmm7\n movaps [rsp + 128], xmm8\n",
-            "movaps [rsp + 144], xmm9\n movaps [rsp + 160], xmm10\n movaps [rsp + 176], xmm11\n",
-            "movaps [rsp + 192], xmm12\n movaps [rsp + 208], xmm13\n movaps [rsp + 224], xmm14\n",
-            "movaps [rsp + 240], xmm15\n",
-            "jmp 72f\n",
-            "71:\n",
-            "sub rsp, rax\n and rsp, -64\n",
-            // XRSTOR wants the header's reserved bytes zero; XSAVE does not write them all.
-            "xor eax, eax\n",
-            "mov [rsp + 512], rax\n mov [rsp + 520], rax\n mov [rsp + 528], rax\n mov [rsp + 536], rax\n",
-            "mov [rsp + 544], rax\n mov [rsp + 552], rax\n mov [rsp + 560], rax\n mov [rsp + 568], rax\n",
-            "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
-            "xsave64 [rsp]\n",
-            "72:\n",
-        )
-    };
-}
-
-/// Puts back what [`save_vectors`] saved at %rsp (clobbers rax and rdx; %rsp stays).
-macro_rules! restore_vectors {
-    () => {
-        concat!(
-            "cmp qword ptr [rip + {vector_area}], 0\n jnz 73f\n",
-            "movaps xmm0, [rsp]\n movaps xmm1, [rsp + 16]\n movaps xmm2, [rsp + 32]\n",
-            "movaps xmm3, [rsp + 48]\n movaps xmm4, [rsp + 64]\n movaps xmm5, [rsp + 80]\n",
-            "movaps xmm6, [rsp + 96]\n movaps xmm7, [rsp + 112]\n movaps xmm8, [rsp + 128]\n",
-            "movaps xmm9, [rsp + 144]\n movaps xmm10, [rsp + 160]\n movaps xmm11, [rsp + 176]\n",
-            "movaps xmm12, [rsp + 192]\n movaps xmm13, [rsp + 208]\n movaps xmm14, [rsp + 224]\n",
-            "movaps xmm15, [rsp + 240]\n",
-            "jmp 74f\n",
-            "73:\n",
-            "mov eax, dword ptr [rip + {vector_mask}]\n mov edx, dword ptr [rip + {vector_mask} + 4]\n",
-            "xrstor64 [rsp]\n",
-            "74:\n",
-        )
-    };
-}
-
 /// Assembly shared by the jump stubs' common code and the return trampoline: a
 /// `struct pt_regs` built on the stack (its address left in %rbx, which the call preserves),
 /// the vector registers saved below it unless %r12d is 0 (set by the `$choose` code the
@@ -114,7 +64,7 @@ macro_rules! save_pt_regs {
             "mov rbx, rsp\n",
             $choose,
             "\ntest r12d, r12d\n jz 75f\n",
-            $crate::insn::frame::save_vectors!(),
+            $crate::insn::vector::save_vectors!(),
             "75:\n",
             "cld\n",
         )
@@ -126,7 +76,7 @@ macro_rules! restore_pt_regs {
     () => {
         concat!(
             "test r12d, r12d\n jz 76f\n",
-            $crate::insn::frame::restore_vectors!(),
+            $crate::insn::vector::restore_vectors!(),
             "76:\n",
             "mov rsp, rbx\n",
             "pop r15\n pop r14\n pop r13\n pop r12\n pop rbp\n pop rbx\n",
@@ -177,9 +127,7 @@ macro_rules! trap_free_entry {
 }
 
 pub(crate) use restore_pt_regs;
-pub(crate) use restore_vectors;
 pub(crate) use save_pt_regs;
-pub(crate) use save_vectors;
 pub(crate) use trap_free_entry;
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::base::sys;
+use crate::base::sys::thread_pointer;
 use crate::probe::returns::ReturnStack;
 
 /// Registration requests a thread's handlers may queue (see `deferred`).
@@ -191,14 +192,6 @@ pub fn use_pool() {
 /// Whether thread states come from the pool (the runtime was loaded into a running process).
 pub fn pooled_states() -> bool {
     POOLED.load(Ordering::Relaxed)
-}
-
-#[inline(always)]
-fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: on x86-64 Linux, %fs:0 holds the thread pointer itself (the TLS ABI).
-    unsafe { core::arch::asm!("mov {}, fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-    tp
 }
 
 fn slot_of(tp: usize) -> usize {
