@@ -6,15 +6,40 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter, IntelFormatter, OpKind};
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 use uprobe_tests::*;
 
 /// Where a walk of the hit path stops, and why it may:
 /// - `uprobe_vector_safe` saves the vector registers around the code it calls (which it gets
 ///   by pointer, so the walk does not follow it anyway);
 /// - `retprobe::on_entry` runs only for return probes, whose points always save them, and
-///   through `uprobe_vector_safe` where a hit began before such a probe was registered.
-const STOPS: [&str; 2] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h"];
+///   through `uprobe_vector_safe` where a hit began before such a probe was registered;
+/// - `core::panicking`: a bounds check that fails aborts the process (`panic = "abort"`).
+const STOPS: [&str; 3] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h", "4core9panicking"];
+
+/// Functions of other objects the walk may meet, and why:
+/// - `__errno_location`: called only before start-up measured errno's place (no probe exists
+///   then); afterwards errno is found from the thread pointer.
+const OUTSIDE: [&str; 1] = ["__errno_location"];
+
+/// What the pointer slots of libuprobe.so (its GOT) hold once loaded: an address of its own,
+/// or the name of another object's symbol.
+fn slots(obj: &object::File) -> BTreeMap<u64, Result<u64, String>> {
+    let names = obj.dynamic_symbol_table();
+    let mut slots = BTreeMap::new();
+    for (at, r) in obj.dynamic_relocations().into_iter().flatten() {
+        let held = match r.target() {
+            object::RelocationTarget::Symbol(i) => Err(names
+                .as_ref()
+                .and_then(|t| t.symbol_by_index(i).ok())
+                .and_then(|s| s.name().ok().map(str::to_string))
+                .unwrap_or_default()),
+            _ => Ok(r.addend() as u64),
+        };
+        slots.insert(at, held);
+    }
+    slots
+}
 
 /// The text section of libuprobe.so (its address and bytes) and its functions by address.
 fn functions(data: &[u8]) -> (u64, &[u8], BTreeMap<u64, (String, u64)>) {
@@ -30,10 +55,12 @@ fn functions(data: &[u8]) -> (u64, &[u8], BTreeMap<u64, (String, u64)>) {
 }
 
 /// Every function of libuprobe.so reachable from `start` (part of a mangled name) by direct
-/// calls and jumps, but for [`STOPS`]: returns the problems found (vector registers, calls
-/// that leave the library's own code, e.g. through the PLT to `__tls_get_addr`).
+/// calls and jumps (and those through its pointer slots), but for [`STOPS`]: returns the
+/// problems found (vector registers, calls that leave the library's own code, e.g. through
+/// the PLT to `__tls_get_addr`, but for [`OUTSIDE`]).
 fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
     let (base, code, functions) = functions(data);
+    let slots = slots(&object::File::parse(data).unwrap());
     let first = functions
         .iter()
         .find(|(_, (name, _))| name.contains(start))
@@ -66,6 +93,15 @@ fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
                 insn.flow_control(),
                 FlowControl::Call | FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
             ) && insn.op0_kind() == OpKind::NearBranch64;
+            let through_slot = matches!(insn.flow_control(), FlowControl::IndirectCall | FlowControl::IndirectBranch)
+                && insn.is_ip_rel_memory_operand();
+            if through_slot {
+                match slots.get(&insn.ip_rel_memory_address()) {
+                    Some(Ok(target)) if functions.contains_key(target) => todo.push(*target),
+                    Some(Err(symbol)) if OUTSIDE.contains(&symbol.as_str()) => {}
+                    other => problems.push(format!("{name}+{:#x}: {text} (calls {other:?})", insn.ip() - at)),
+                }
+            }
             if direct {
                 let target = insn.near_branch_target();
                 if (at..at + size).contains(&target) {
