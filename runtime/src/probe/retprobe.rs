@@ -129,7 +129,10 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
         };
         let size = (core::mem::size_of::<UretprobeInstance>() + probe.data_size + 15) & !15;
         let full = |st: &ReturnStack| {
-            st.depth == MAX_FRAMES || st.pending(rp) >= maxactive(probe) || st.arena_top + size > ARENA_SIZE
+            // A probe cannot have more records pending than the thread has: the count of
+            // its own is read only when the thread has maxactive records or more.
+            let limit = maxactive(probe);
+            st.depth == MAX_FRAMES || (st.depth >= limit && st.pending(rp) >= limit) || st.arena_top + size > ARENA_SIZE
         };
         if full(st) {
             // Records of calls left without returning, and the gaps of calls that returned on
