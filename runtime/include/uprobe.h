@@ -29,13 +29,14 @@ enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
  * struct uprobe's flags (zero: none; a value with bits this runtime does not know counts as
  * zero, so a probe object whose padding holds garbage stays safe).
  *
- * UPROBE_NO_VECTORS: the probe's handlers (a return probe's return and entry handlers too)
- * touch no vector or floating-point register: no float or double, no SSE/AVX intrinsics, no
- * call into code that may (libc's memcpy, memset, strlen and printf do; uprobe_printf does
- * not). A jump probe whose handlers all say so skips saving xmm0-15 (or, with
- * --full-vector-state, the whole XSAVE state) around them. A handler that breaks the promise
- * corrupts the probed program's floating-point values. Build such handlers with
- * -mgeneral-regs-only to let the compiler check it.
+ * UPROBE_NO_VECTORS: the probe's handler touches no vector or floating-point register: no
+ * float or double, no SSE/AVX intrinsics, no call into code that may (libc's memcpy, memset,
+ * strlen and printf do; uprobe_printf does not). A jump probe whose handlers all say so skips
+ * saving xmm0-15 (or, with --full-vector-state, the whole XSAVE state) around them; one
+ * probe at the place without the flag keeps the save for all. A handler that breaks the
+ * promise corrupts the probed program's floating-point values: build such handlers with
+ * -mgeneral-regs-only to let the compiler check it. Return probes (struct uretprobe) save
+ * the registers whatever the flag says.
  */
 #define UPROBE_NO_VECTORS 1u
 
