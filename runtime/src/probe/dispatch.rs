@@ -291,15 +291,13 @@ fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &
 
 #[inline(always)]
 fn run_consumer(pp: &ProbePoint, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
-    {
-        match consumer {
-            Consumer::Uprobe(u) => run_uprobe_handler(u, consumer, regs, t),
-            Consumer::Uretprobe(rp) => {
-                let outer = t.handling.replace(consumer.key());
-                // SAFETY: a registered return probe, valid in this read-side section.
-                unsafe { retprobe::on_entry(rp, pp, regs, t) };
-                t.handling.set(outer);
-            }
+    match consumer {
+        Consumer::Uprobe(u) => run_uprobe_handler(u, consumer, regs, t),
+        Consumer::Uretprobe(rp) => {
+            let outer = t.handling.replace(consumer.key());
+            // SAFETY: a registered return probe, valid in this read-side section.
+            unsafe { retprobe::on_entry(rp, pp, regs, t) };
+            t.handling.set(outer);
         }
     }
 }
