@@ -436,6 +436,10 @@ fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Res
             over(median_of(runs, &|| engines.run(&job(Engine::Kernel, Kind::EntryReturn, 200_000)))),
         ),
         (
+            "jump probe, counting handler declared vector-free (novec=1)".into(),
+            ours(&|u| aggregate::run_vector_free(u, fixture, 5_000_000, scratch)),
+        ),
+        (
             "uprobe-run --count, a one-comparison filter fails".into(),
             ours(&|u| aggregate::run_filtered(u, fixture, 5_000_000, false, scratch)),
         ),
@@ -461,7 +465,8 @@ fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
                     3 => value(2).map(|e| format!("  {:.2}x the empty entry+return probe", ns / e)),
                     4 => value(1).map(|c| format!("  {:.1}x uprobe-run --count", ns / c)),
                     5 => value(3).map(|l| format!("  {:.1}x uprobe-run --latency", ns / l)),
-                    6..=8 => value(1).map(|c| format!("  {:.2}x uprobe-run --count", ns / c)),
+                    6 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
+                    7..=9 => value(1).map(|c| format!("  {:.2}x uprobe-run --count", ns / c)),
                     _ => None,
                 };
                 println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());

@@ -9,6 +9,8 @@
  *                    to a counter of the thread's slot, so that the hits can still be
  *                    checked), with 16 bytes of ri->data as --latency uses: the floor a
  *                    handler-based measurement starts from
+ *   novec=1          with kind=entry: the probe declares UPROBE_NO_VECTORS (its handler, an
+ *                    atomic add, touches no vector register), so the jump skips their save
  *   probes=N         also put an entry probe on each of the fixture's p0000 .. p(N-1)
  *   probe_file=PATH  also put an entry probe on every "sym" or "module:sym" line of PATH
  *
@@ -209,6 +211,9 @@ int uprobe_init(void) {
     if (kind == KIND_ENTRY) {
       entry_probe.symbol_name = func;
       entry_probe.handler = on_entry;
+      const char *novec = uprobe_param("novec");
+      if (novec && strcmp(novec, "1") == 0)
+        entry_probe.flags = UPROBE_NO_VECTORS;
       rc = register_uprobe(&entry_probe);
       if (rc != 0) {
         uprobe_printf("error=register_uprobe(%s): %d\n", func, rc);

@@ -25,8 +25,24 @@ struct pt_regs {            /* x86_64 kernel UAPI order and names */
 
 enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
 
+/*
+ * struct uprobe's flags (zero: none; a value with bits this runtime does not know counts as
+ * zero, so a probe object whose padding holds garbage stays safe).
+ *
+ * UPROBE_NO_VECTORS: the probe's handler touches no vector or floating-point register: no
+ * float or double, no SSE/AVX intrinsics, no call into code that may (libc's memcpy, memset,
+ * strlen and printf do; uprobe_printf does not). A jump probe whose handlers all say so skips
+ * saving xmm0-15 (or, with --full-vector-state, the whole XSAVE state) around them; one
+ * probe at the place without the flag keeps the save for all. A handler that breaks the
+ * promise corrupts the probed program's floating-point values: build such handlers with
+ * -mgeneral-regs-only to let the compiler check it. Return probes (struct uretprobe) save
+ * the registers whatever the flag says.
+ */
+#define UPROBE_NO_VECTORS 1u
+
 struct uprobe {
   pid_t pid;               /* 0 or getpid(): the runtime probes its own process */
+  unsigned int flags;      /* UPROBE_* flags above; 0 by default                  */
   unsigned long vaddr;     /* run-time address of the probed instruction        */
   void (*handler)(struct uprobe *u, struct pt_regs *regs);
   void (*registration_callback)(struct uprobe *u, int reg,

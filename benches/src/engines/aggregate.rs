@@ -130,6 +130,23 @@ pub fn run_empty(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) ->
     Ok(m)
 }
 
+/// A jump entry probe on `f_push` whose counting handler declares `UPROBE_NO_VECTORS`
+/// (`bench_handler.so novec=1`): the hit without the vector registers' save.
+pub fn run_vector_free(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let handler = fixture.handler.clone().map_err(Failure::Unavailable)?;
+    let mut args = vec!["--handlers".to_string(), handler.display().to_string()];
+    for p in ["func=f_push", "novec=1"] {
+        args.extend(["--param".to_string(), p.to_string()]);
+    }
+    let (finished, report) = run_loop(u, fixture, &args, hits, scratch)?;
+    let counts = HandlerReport::parse(&report)
+        .ok_or_else(|| Failure::Invalid(format!("bench_handler printed no counts: {:?}", report.trim())))?;
+    check_hits("the vector-free counting handler", counts.entries, hits)?;
+    let mut m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
+    m.strategy = super::uprobe_run::probe_strategy(&report);
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! every size and offset. Handler libraries (C, or Rust through `uprobe-sdk`) and the runtime
 //! share them. Registration calls return 0 or a negative errno ([`crate::errno::Errno`]).
 
-use core::ffi::{c_char, c_int, c_ulong, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 
 /// `struct pt_regs`, in the x86_64 kernel UAPI order and with its names.
 ///
@@ -60,6 +60,9 @@ pub type UretprobeEntryHandler = unsafe extern "C" fn(*mut UretprobeInstance, *m
 #[allow(missing_docs)]
 pub struct Uprobe {
     pub pid: libc::pid_t,
+    /// `UPROBE_*` flags ([`UPROBE_NO_VECTORS`]); 0 by default. It lies in what was the padding
+    /// after `pid`: the layout is the same with or without it.
+    pub flags: c_uint,
     pub vaddr: c_ulong,
     pub handler: Option<UprobeHandler>,
     pub registration_callback: Option<RegistrationCallback>,
@@ -127,3 +130,10 @@ mod tests {
         assert_eq!(size_of::<UretprobeInstance>(), 32);
     }
 }
+
+/// `UPROBE_NO_VECTORS`: the probe's handlers use no vector or floating-point register, so a
+/// jump probe need not save them around the call (return probes save them regardless).
+pub const UPROBE_NO_VECTORS: c_uint = 1;
+/// Every flag the runtime knows; a `flags` word with any other bit set counts as none, so a
+/// probe object whose padding was never zeroed stays on the safe side.
+pub const UPROBE_KNOWN_FLAGS: c_uint = UPROBE_NO_VECTORS;

@@ -21,6 +21,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::aggregate::plan::{Layout, KEY_SLOTS};
 use crate::base::sys;
+use crate::insn::vector;
+use crate::probe::thread;
 
 /// Threads with a block at once; more count only their events' totals.
 pub const THREADS: usize = 256;
@@ -31,7 +33,7 @@ const CLAIMS: usize = 1;
 const NAMES_AT: usize = 2;
 pub const NAMES: usize = 8;
 
-/// Marks in `MINE` besides a block's address.
+/// Marks in the thread state's `block` besides a block's address.
 const NONE_YET: usize = 0;
 const NONE_TO_BE_HAD: usize = 1;
 
@@ -45,9 +47,10 @@ pub struct Pool {
 
 static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
 
-thread_local! {
-    /// The calling thread's block, or NONE_YET / NONE_TO_BE_HAD.
-    static MINE: Cell<usize> = const { Cell::new(NONE_YET) };
+/// The calling thread's block, or NONE_YET / NONE_TO_BE_HAD: a word of its runtime state,
+/// which the hit path reaches without a call into the dynamic loader (see `probe::thread`).
+fn my_word() -> &'static Cell<usize> {
+    &thread::current().block
 }
 
 /// Reserves the blocks (start-up, before any probe is placed).
@@ -190,8 +193,13 @@ impl Block {
 /// The calling thread's block, claimed at its first hit (hit path).
 #[inline(always)]
 pub fn mine() -> Option<Block> {
-    match MINE.with(Cell::get) {
-        NONE_YET => claim(),
+    match my_word().get() {
+        NONE_YET => {
+            // Claiming is no hit-path code: it may use the vector registers.
+            let mut claimed = None;
+            vector::saving_vectors(|| claimed = claim());
+            claimed
+        }
         NONE_TO_BE_HAD => None,
         b => Some(Block(b)),
     }
@@ -218,7 +226,7 @@ fn claim() -> Option<Block> {
         })
     });
     let Some(i) = found else {
-        MINE.with(|m| m.set(NONE_TO_BE_HAD));
+        my_word().set(NONE_TO_BE_HAD);
         return None;
     };
     let b = block(i);
@@ -229,7 +237,7 @@ fn claim() -> Option<Block> {
     b.set(at + 1, u64::from_le_bytes(name[..8].try_into().unwrap_or_default()));
     b.set(at + 2, u64::from_le_bytes(name[8..].try_into().unwrap_or_default()));
     b.word(CLAIMS).store(claims + 1, Ordering::Release);
-    MINE.with(|m| m.set(b.0));
+    my_word().set(b.0);
     Some(b)
 }
 
@@ -245,5 +253,5 @@ pub fn used() -> Vec<Block> {
 /// In the child of `fork`: the forking thread's block is its parent thread's, which goes on
 /// counting there; the child's thread claims its own at its next hit.
 pub fn after_fork() {
-    MINE.with(|m| m.set(NONE_YET));
+    my_word().set(NONE_YET);
 }

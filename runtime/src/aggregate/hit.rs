@@ -17,6 +17,7 @@ use crate::aggregate::buckets::log2_index;
 use crate::aggregate::plan::{self, EventPlan, Key, Plans, CALLS, ENTERED, LAT_HIST, MAX, MIN, SETS, TOTAL};
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
+use crate::insn::vector;
 use crate::probe::retprobe;
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
@@ -80,16 +81,23 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
     counted(index, regs, caller);
 }
 
+/// Counts a hit of event `index`. Vector-free (the probes say so with `UPROBE_NO_VECTORS`,
+/// and the `hit_code` test reads the built code): what may use vector registers (filters,
+/// keys, histogram values, a thread's first claim) runs through `saving_vectors`.
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {
     let Some((plans, p)) = plan::get(index) else { return };
-    if p.gated && !passes(plans, index, regs) {
-        return;
+    if p.gated {
+        let mut pass = false;
+        vector::saving_vectors(|| pass = passes(plans, index, regs));
+        if !pass {
+            return;
+        }
     }
     let Some(b) = blocks::mine() else { return no_block(index) };
     b.add(p.count, 1);
     if !p.simple {
-        keys_and_values(plans, p, b, index, regs, caller);
+        vector::saving_vectors(|| keys_and_values(plans, p, b, index, regs, caller));
     }
 }
 

@@ -27,7 +27,7 @@ struct Aggregator {
 
 impl Frontend for Aggregator {
     fn handlers(&self) -> Handlers {
-        Handlers { entry: hit::on_entry, ret: hit::on_return, ret_entry: None, data_size: 0 }
+        Handlers { entry: hit::on_entry, ret: hit::on_return, ret_entry: None, data_size: 0, vector_free: true }
     }
 
     fn added(&self) -> Vec<Added> {
@@ -44,6 +44,7 @@ impl Frontend for Aggregator {
                     ret: hit::latency_return,
                     ret_entry: Some(hit::latency_entry),
                     data_size: hit::LATENCY_DATA,
+                    vector_free: true,
                 },
             })
             .collect()

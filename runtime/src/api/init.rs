@@ -80,6 +80,7 @@ extern "C" fn init() {
         return;
     };
     sys::init_errno();
+    thread::init_static();
     let spec = spec::decode(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
     if spec.options.follow_exec {
         pass_on_environment(&spec);

@@ -66,14 +66,12 @@ pub unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usi
     }
 }
 
-/// Where errno lives relative to the thread pointer: libc's errno is in its static TLS
-/// block, at the same offset from every thread's thread pointer. Measured once at start-up
-/// ([`init_errno`]), so the hit paths find errno without calling libc, which may carry a
-/// probe, and may run while glibc holds every signal blocked (a new thread's first code).
+/// errno's offset from the thread pointer (libc's static TLS), measured by [`init_errno`].
 static ERRNO_OFFSET: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(isize::MIN);
 
 /// The calling thread's thread pointer (`%fs:0` holds its own address on x86-64).
-fn thread_pointer() -> usize {
+#[inline(always)]
+pub fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: reading the TCB self pointer has no side effects.
     unsafe { core::arch::asm!("mov {}, qword ptr fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
@@ -88,6 +86,7 @@ pub fn init_errno() {
 }
 
 /// The address of the calling thread's errno (signal-safe, no call).
+#[inline(always)]
 pub fn errno_location() -> *mut i32 {
     let offset = ERRNO_OFFSET.load(core::sync::atomic::Ordering::Relaxed);
     if offset == isize::MIN {
@@ -98,6 +97,7 @@ pub fn errno_location() -> *mut i32 {
 }
 
 /// Reads errno.
+#[inline(always)]
 pub fn errno() -> Errno {
     // SAFETY: errno_location gives this thread's errno slot, valid for the thread's life.
     unsafe { *errno_location() }

@@ -11,6 +11,7 @@ use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 
+use crate::insn::frame::STUB_FRAME;
 use crate::insn::jump::{JumpPlan, NoJump};
 
 /// Bytes reserved for one stub.
@@ -19,14 +20,16 @@ pub const STUB_SIZE: usize = 160;
 /// Where the relocated instructions start in a stub (after `stub_head`).
 pub const BODY_OFFSET: usize = 31;
 
-/// The fixed head of every stub: step over the red zone, leave the context word on the stack,
-/// and call the common save/restore code through a pointer stored after the stub.
+/// The fixed head of every stub: step over the red zone, leave the context word on the stack
+/// (the frame `frame::STUB_FRAME` describes), and call the common save/restore code through a
+/// pointer stored after the stub.
 fn stub_head(pp: u64) -> Vec<u8> {
-    let mut head = vec![0x48, 0x8d, 0xa4, 0x24, 0x78, 0xff, 0xff, 0xff]; // lea -0x88(%rsp),%rsp
+    let mut head = vec![0x48, 0x8d, 0xa4, 0x24]; // lea -STUB_FRAME(%rsp),%rsp
+    head.extend((-(STUB_FRAME as i32)).to_le_bytes());
     head.push(0x50); // push %rax
     head.extend([0x48, 0xb8]); // movabs $pp,%rax
     head.extend(pp.to_le_bytes());
-    head.extend([0x48, 0x89, 0x44, 0x24, 0x08]); // mov %rax,0x8(%rsp)
+    head.extend([0x48, 0x89, 0x44, 0x24, 0x08]); // mov %rax,0x8(%rsp): the frame's lowest word
     head.push(0x58); // pop %rax
     head.extend([0xff, 0x15, 0, 0, 0, 0]); // call *disp32(%rip), patched below
     head
@@ -100,6 +103,27 @@ mod tests {
     #[test]
     fn body_offset_matches_the_head() {
         assert_eq!(stub_head(0).len(), BODY_OFFSET);
+    }
+
+    #[test]
+    fn the_head_builds_the_frame_the_common_code_reads() {
+        use crate::insn::frame::{CONTEXT_SLOT, JUMP_CALLER_RSP, RESUME_SLOT};
+        let head = stub_head(0x1122_3344_5566_7788);
+        let mut decoder = Decoder::with_ip(64, &head, AT, DecoderOptions::NONE);
+        let insns: Vec<_> = core::iter::from_fn(|| decoder.can_decode().then(|| decoder.decode())).collect();
+        // The stack pointer the stub leaves below the program's, and where the word goes.
+        assert_eq!(insns[0].mnemonic(), Mnemonic::Lea);
+        let lowered = -(insns[0].memory_displacement64() as i64);
+        assert_eq!(lowered as usize, STUB_FRAME);
+        assert_eq!(insns[2].immediate64(), 0x1122_3344_5566_7788);
+        assert_eq!(insns[3].memory_base(), Register::RSP);
+        let context_above_rsp = insns[3].memory_displacement64() as usize; // after `push %rax`
+        assert_eq!(context_above_rsp, 8);
+        assert_eq!(insns[5].mnemonic(), Mnemonic::Call);
+        // After the call: return address, context word, then the red zone up to the program's
+        // stack pointer, which is what the common code's frame constants say.
+        assert_eq!(CONTEXT_SLOT - RESUME_SLOT, 8);
+        assert_eq!(JUMP_CALLER_RSP - CONTEXT_SLOT, STUB_FRAME);
     }
 
     #[test]

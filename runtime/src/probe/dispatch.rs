@@ -17,11 +17,11 @@ use std::sync::atomic::Ordering;
 
 use iced_x86::Register;
 
-use crate::base::abi::PtRegs;
+use crate::base::abi::{PtRegs, Uprobe};
 use crate::base::{stats, sys};
 use crate::insn::decode::Plan;
 use crate::insn::emulate::{self, Cpu};
-use crate::insn::stub;
+use crate::insn::{frame, stub, vector};
 use crate::probe::table::{self, Consumer, Consumers, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
 use crate::probe::{deferred, rcu, retprobe};
@@ -157,6 +157,29 @@ fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
     }
 }
 
+/// The hit of a thread that is not quiet, on probe point `pp`: marks the thread busy
+/// (before anything that may be probed runs, errno's location included), keeps errno, and
+/// runs `f` on the point's consumer list (None: none left) inside a read-side section; then
+/// runs the registrations the handlers queued and puts errno back. The one enter/leave
+/// sequence of every hit path.
+#[inline(always)]
+fn hit_section<R>(t: &ThreadState, pp: &ProbePoint, f: impl FnOnce(Option<&Consumers>) -> R) -> R {
+    t.busy.set(true);
+    let saved_errno = t.errno();
+    let epoch = rcu::read_lock(t);
+    let consumers = pp.consumers.load(Ordering::SeqCst);
+    // SAFETY: the list stays allocated until our read-side section ends.
+    let result = f(unsafe { consumers.as_ref() });
+    rcu::read_unlock(epoch);
+    t.busy.set(false);
+    if t.queued.get() != 0 {
+        // Registration is no hit-path code: it may use the vector registers.
+        vector::saving_vectors(deferred::run_deferred);
+    }
+    t.set_errno(saved_errno);
+    result
+}
+
 /// A trap at `addr` (the `int3` just executed), with the interrupted registers `gregs`:
 /// handles it and returns true when `addr` is a probe point (signal context).
 pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
@@ -173,59 +196,39 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
         run_displaced(pp, gregs);
         return true;
     }
-    t.busy.set(true);
-    let saved_errno = t.errno();
     let was_in_signal = t.in_signal.replace(true);
-    let epoch = rcu::read_lock(t);
-    let consumers = pp.consumers.load(Ordering::SeqCst);
-    if consumers.is_null() {
-        rcu::read_unlock(epoch);
-        run_displaced(pp, gregs);
-    } else {
-        let mut regs = regs_from(gregs, pp.addr);
-        // SAFETY: the list stays allocated until our read-side section ends.
-        run_consumers(pp, unsafe { &*consumers }, &mut regs, t);
-        rcu::read_unlock(epoch);
-        regs_into(&regs, gregs);
-        if regs.rip as usize == pp.addr {
-            run_displaced(pp, gregs);
-        } else {
-            gregs[libc::REG_RIP as usize] = regs.rip as i64;
+    hit_section(t, pp, |consumers| match consumers {
+        None => run_displaced(pp, gregs),
+        Some(consumers) => {
+            let mut regs = regs_from(gregs, pp.addr);
+            run_consumers(pp, consumers, &mut regs, t, true);
+            regs_into(&regs, gregs);
+            if regs.rip as usize == pp.addr {
+                run_displaced(pp, gregs);
+            } else {
+                gregs[libc::REG_RIP as usize] = regs.rip as i64;
+            }
         }
-    }
-    t.busy.set(false);
-    if t.queued.get() != 0 {
-        deferred::run_deferred();
-    }
+    });
     t.in_signal.set(was_in_signal);
-    t.set_errno(saved_errno);
     true
 }
 
 /// A hit through a jump probe's stub (normal context): runs the handlers on `regs` and gives
 /// the address to resume at: `resume` (the relocated instructions), or where a handler sent
-/// the thread.
-fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize) -> usize {
+/// the thread. `vectors_saved`: whether the stub saved the vector registers.
+fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize, vectors_saved: bool) -> usize {
     regs.rip = pp.addr as u64;
     let t = thread::current();
     if t.quiet() {
         pp.missed.fetch_add(1, Ordering::Relaxed);
         return resume;
     }
-    t.busy.set(true);
-    let saved_errno = t.errno();
-    let epoch = rcu::read_lock(t);
-    let consumers = pp.consumers.load(Ordering::SeqCst);
-    if !consumers.is_null() {
-        // SAFETY: as in `on_trap`.
-        run_consumers(pp, unsafe { &*consumers }, regs, t);
-    }
-    rcu::read_unlock(epoch);
-    t.busy.set(false);
-    if t.queued.get() != 0 {
-        deferred::run_deferred();
-    }
-    t.set_errno(saved_errno);
+    hit_section(t, pp, |consumers| {
+        if let Some(consumers) = consumers {
+            run_consumers(pp, consumers, regs, t, vectors_saved);
+        }
+    });
     if regs.rip as usize == pp.addr {
         resume
     } else {
@@ -245,93 +248,91 @@ pub fn hit_ahead(addr: usize, regs: &mut PtRegs) {
         return;
     }
     regs.rip = addr as u64;
-    t.busy.set(true);
-    let saved_errno = t.errno();
-    let epoch = rcu::read_lock(t);
-    let consumers = pp.consumers.load(Ordering::SeqCst);
-    if !consumers.is_null() {
-        // SAFETY: as in `on_trap`.
-        for &consumer in unsafe { &(*consumers).probes } {
-            let Consumer::Uprobe(u) = consumer else { continue };
-            let outer = t.handling.replace(consumer.key());
-            // SAFETY: as in `run_consumers`.
-            unsafe {
-                if let Some(handler) = (*u).handler {
-                    let outer_code = t.code.replace(handler as usize);
-                    handler(u, regs);
-                    t.code.set(outer_code);
-                }
+    hit_section(t, pp, |consumers| {
+        for &consumer in consumers.map_or(&[][..], |c| &c.probes[..]) {
+            if let Consumer::Uprobe(u) = consumer {
+                run_uprobe_handler(u, consumer, regs, t);
             }
+        }
+    });
+}
+
+/// Calls the handler of entry probe `u` (the consumer `consumer`), with the thread marked as
+/// running that probe's handler (see `owners`) and writing to that handler's output.
+#[inline(always)]
+fn run_uprobe_handler(u: *mut Uprobe, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+    let outer = t.handling.replace(consumer.key());
+    // A registered probe object, which the C ABI keeps valid until unregister returns, and
+    // unregister waits for the caller's read-side section.
+    // SAFETY: a valid object (above); handlers have the documented signature.
+    unsafe {
+        if let Some(handler) = (*u).handler {
+            let outer_code = t.code.replace(handler as usize);
+            handler(u, regs);
+            t.code.set(outer_code);
+        }
+    }
+    t.handling.set(outer);
+}
+
+/// Calls the handlers of `consumers` in registration order (busy, in a read-side section).
+/// Without `vectors_saved` (a jump probe whose consumers were all vector-free when the hit
+/// began), a consumer that needs them (registered since) is called with them saved here.
+#[inline(always)]
+fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState, vectors_saved: bool) {
+    for &consumer in &consumers.probes {
+        if !vectors_saved && consumer.needs_vectors() {
+            vector::saving_vectors(|| run_consumer(pp, consumer, regs, t));
+        } else {
+            run_consumer(pp, consumer, regs, t);
+        }
+    }
+}
+
+#[inline(always)]
+fn run_consumer(pp: &ProbePoint, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+    match consumer {
+        Consumer::Uprobe(u) => run_uprobe_handler(u, consumer, regs, t),
+        Consumer::Uretprobe(rp) => {
+            let outer = t.handling.replace(consumer.key());
+            // SAFETY: a registered return probe, valid in this read-side section.
+            unsafe { retprobe::on_entry(rp, pp, regs, t) };
             t.handling.set(outer);
         }
     }
-    rcu::read_unlock(epoch);
-    t.busy.set(false);
-    if t.queued.get() != 0 {
-        deferred::run_deferred();
-    }
-    t.set_errno(saved_errno);
 }
 
-/// Calls the handlers of `consumers` in registration order (busy, in a read-side section),
-/// each with the thread marked as running that probe's handler (see `owners`).
-#[inline(always)]
-fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState) {
-    for &consumer in &consumers.probes {
-        let outer = t.handling.replace(consumer.key());
-        // Each entry is a registered probe object, which the C ABI keeps valid until unregister
-        // returns, and unregister waits for the caller's read-side section.
-        // SAFETY: valid objects (above); handlers have the documented signatures.
-        unsafe {
-            match consumer {
-                Consumer::Uprobe(u) => {
-                    if let Some(handler) = (*u).handler {
-                        let outer_code = t.code.replace(handler as usize);
-                        handler(u, regs);
-                        t.code.set(outer_code);
-                    }
-                }
-                Consumer::Uretprobe(rp) => retprobe::on_entry(rp, pp, regs, t),
-            }
-        }
-        t.handling.set(outer);
-    }
-}
-
-/// Called by the common stub code with the registers it saved; runs the handlers of the probe
-/// point and gives the address to resume at (normal context).
-extern "C" fn jump_hit(regs: &mut PtRegs) -> usize {
-    // The common code pushed 21 registers below the stub's return address and its context
-    // word, the probe point.
-    let frame = regs as *mut PtRegs as usize + 21 * 8;
-    // SAFETY: the stub left its return address and the probe point's address there.
-    let (resume, pp) = unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
-    regs.rsp = (frame + 16 + 128) as u64;
+/// Called by the common stub code with the registers it saved (the vector registers too if
+/// `vectors_saved`); runs the handlers of the probe point and gives the address to resume at
+/// (normal context). Nothing this reaches touches a vector register unless they were saved,
+/// or through `vector::saving_vectors` (the `hit_code` test reads the built code).
+extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
+    let area = regs as *mut PtRegs as usize;
+    let word = |offset: usize| {
+        // SAFETY: the stub left its return address and the probe point's address above the
+        // registers (see `insn::frame`'s layout).
+        unsafe { *((area + offset) as *const usize) }
+    };
+    let (resume, pp) = (word(frame::RESUME_SLOT), word(frame::CONTEXT_SLOT));
+    regs.rsp = (area + frame::JUMP_CALLER_RSP) as u64;
     regs.cs = 0x33;
     regs.ss = 0x2b;
     // SAFETY: the stub was built for this probe point, which is never freed.
     let pp = unsafe { &*(pp as *const ProbePoint) };
-    direct_hit(pp, regs, resume)
+    direct_hit(pp, regs, resume, vectors_saved)
 }
 
-core::arch::global_asm!(
-    ".pushsection .text.uprobe_jump_common,\"ax\",@progbits",
-    ".globl uprobe_jump_common",
-    ".hidden uprobe_jump_common",
-    ".type uprobe_jump_common,@function",
-    ".p2align 4",
-    "uprobe_jump_common:",
-    crate::insn::frame::save_pt_regs!(),
-    "mov rdi, rbx",
-    "call {jump_hit}",
-    "mov qword ptr [rbx + 168], rax",
-    crate::insn::frame::restore_pt_regs!(),
-    "ret 136",     // to the resume address; drops the probe point and the red zone
-    ".size uprobe_jump_common, . - uprobe_jump_common",
-    ".popsection",
-    jump_hit = sym jump_hit,
-    vector_area = sym crate::insn::vector::AREA_SIZE,
-    vector_mask = sym crate::insn::vector::MASK,
+// To the resume address; drops the context word and the red zone.
+// The vectors are saved where the probe point says its consumers need them.
+frame::trap_free_entry!(
+    "uprobe_jump_common",
+    "",
+    "mov rax, qword ptr [rbx + {context_slot}]\n movzx r12d, byte ptr [rax + {pp_vectors}]",
+    jump_hit,
+    "ret {stub_frame}",
+    stub_frame = const frame::STUB_FRAME,
+    context_slot = const frame::CONTEXT_SLOT,
+    pp_vectors = const core::mem::offset_of!(ProbePoint, vectors)
 );
 
 extern "C" {

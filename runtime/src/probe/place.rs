@@ -199,6 +199,7 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         jump: Err(NoJump::NoFunction),
         jump_active: AtomicBool::new(false),
         tail_patched: AtomicBool::new(false),
+        vectors: AtomicBool::new(true),
         queued: AtomicBool::new(false),
         trap_unsafe,
         changed_reported: AtomicBool::new(false),

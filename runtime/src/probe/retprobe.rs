@@ -129,7 +129,10 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
         };
         let size = (core::mem::size_of::<UretprobeInstance>() + probe.data_size + 15) & !15;
         let full = |st: &ReturnStack| {
-            st.depth == MAX_FRAMES || st.pending(rp) >= maxactive(probe) || st.arena_top + size > ARENA_SIZE
+            // A probe cannot have more records pending than the thread has: the count of
+            // its own is read only when the thread has maxactive records or more.
+            let limit = maxactive(probe);
+            st.depth == MAX_FRAMES || (st.depth >= limit && st.pending(rp) >= limit) || st.arena_top + size > ARENA_SIZE
         };
         if full(st) {
             // Records of calls left without returning, and the gaps of calls that returned on
@@ -166,9 +169,9 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
 
 /// Called by the trampoline with the registers it saved (normal context). Runs the return
 /// handlers of every record for this return and gives the address to resume at.
-extern "C" fn return_hit(regs: &mut PtRegs) -> usize {
-    // The trampoline pushed the resume slot and 21 registers since the `ret` popped.
-    let caller_rsp = regs as *mut PtRegs as usize + 22 * 8;
+extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
+    // The trampoline pushed the resume slot and the registers since the `ret` popped.
+    let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
     let slot = caller_rsp - 8;
     regs.rsp = caller_rsp as u64;
     regs.cs = 0x33;
@@ -226,25 +229,18 @@ fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance
     rcu::read_unlock(epoch);
 }
 
-core::arch::global_asm!(
-    ".pushsection .text.uprobe_ret_trampoline,\"ax\",@progbits",
-    ".globl uprobe_ret_trampoline",
-    ".hidden uprobe_ret_trampoline",
-    ".type uprobe_ret_trampoline,@function",
-    ".p2align 4",
-    "uprobe_ret_trampoline:",
-    "push 0", // becomes the address to resume at
-    crate::insn::frame::save_pt_regs!(),
-    "mov rdi, rbx",
-    "call {return_hit}",
-    "mov qword ptr [rbx + 168], rax",
-    crate::insn::frame::restore_pt_regs!(),
-    "ret",
-    ".size uprobe_ret_trampoline, . - uprobe_ret_trampoline",
-    ".popsection",
-    return_hit = sym return_hit,
-    vector_area = sym crate::insn::vector::AREA_SIZE,
-    vector_mask = sym crate::insn::vector::MASK,
+// The pushed 0 becomes the address to resume at.
+// The return handlers are found only after the save: the vectors are always saved. The way
+// out is an indirect jump, not a `ret`: the return that came here already took the caller's
+// entry of the return-stack buffer, and a second `ret` would take (and mispredict) its
+// caller's, leaving every later return of the program one entry off. The resume address
+// is read just below the stack pointer, in the red zone, which signal delivery skips.
+crate::insn::frame::trap_free_entry!(
+    "uprobe_ret_trampoline",
+    "push 0",
+    "mov r12d, 1",
+    return_hit,
+    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]"
 );
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before

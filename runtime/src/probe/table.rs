@@ -41,6 +41,11 @@ pub struct ProbePoint {
     /// written until its original bytes are back. A thread that meets the `int3` then must
     /// not resume inside the range: the trap path sends it to the stub's relocated code.
     pub tail_patched: AtomicBool,
+    /// Whether a hit through the jump must save the vector registers: some consumer's
+    /// handlers may use them (see `Consumer::needs_vectors`). Read by the common stub code
+    /// before the hit's read-side section: a list published meanwhile may need them while
+    /// they were not saved, which the dispatcher checks per consumer.
+    pub vectors: AtomicBool,
     /// Whether the point waits in an open placement batch for its bytes to be written.
     pub queued: AtomicBool,
     /// Where glibc runs this code with every signal blocked, if it does (`traps`): the point
@@ -84,6 +89,18 @@ impl Consumer {
         match self {
             Consumer::Uprobe(u) => u,
             Consumer::Uretprobe(rp) => rp.cast(),
+        }
+    }
+
+    /// Whether calling the probe's handlers needs the vector registers saved: an entry probe
+    /// unless it declares `UPROBE_NO_VECTORS`; a return probe always (the runtime's own
+    /// entry bookkeeping uses them).
+    pub fn needs_vectors(self) -> bool {
+        match self {
+            // SAFETY: registered probe objects are valid (C ABI); the flags do not change
+            // while registered.
+            Consumer::Uprobe(u) => !unsafe { (*u).vector_free() },
+            Consumer::Uretprobe(_) => true,
         }
     }
 
@@ -189,8 +206,19 @@ impl ProbePoint {
     /// Replaces the consumers and returns the old list, to be freed once no hit can be
     /// reading it ([`Retired::free`]).
     pub fn replace(&self, probes: Vec<Consumer>) -> Retired {
+        // Raised before a list that needs the vectors saved is published, lowered after one
+        // that does not: a hit that reads the flag lowered and then a newer list calls the
+        // consumers that need them through `insn::vector::saving_vectors`.
+        let vectors = probes.iter().any(|c| c.needs_vectors());
+        if vectors {
+            self.vectors.store(true, Ordering::SeqCst);
+        }
         let new = if probes.is_empty() { core::ptr::null_mut() } else { Box::into_raw(Box::new(Consumers { probes })) };
-        Retired(vec![self.consumers.swap(new, Ordering::SeqCst)])
+        let old = self.consumers.swap(new, Ordering::SeqCst);
+        if !vectors {
+            self.vectors.store(false, Ordering::SeqCst);
+        }
+        Retired(vec![old])
     }
 
     /// Replaces the consumers and frees the old list after a grace period.

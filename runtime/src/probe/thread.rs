@@ -1,7 +1,10 @@
-//! The runtime's per-thread state, in one thread-local block: the hit paths reach all of it
-//! with a single TLS lookup (in a shared library, every thread-local access is a call into
-//! the dynamic loader, which is never probed). A runtime loaded into a running process
-//! (attach) keeps the states in a pool found by the thread pointer instead (see below).
+//! The runtime's per-thread state, in one thread-local block. In a shared library every
+//! thread-local access is a call into the dynamic loader (`__tls_get_addr`); the hit paths
+//! make none: a runtime preloaded with the program has its thread-local storage in the
+//! static TLS block, at the same offset from every thread's thread pointer (`%fs:0`), which
+//! start-up measures once ([`init_static`]); from then on the state is one load of `%fs:0`
+//! and an add. A runtime loaded into a running process (attach) keeps the states in a pool
+//! found by the thread pointer instead (see below).
 //!
 //! Signal-safe: the block is constant-initialised, has no destructor, and lives in the static
 //! TLS of a preloaded library, so no access allocates or registers anything.
@@ -18,9 +21,10 @@
 //!   module's init).
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::base::sys;
+use crate::base::sys::thread_pointer;
 use crate::probe::returns::ReturnStack;
 
 /// Registration requests a thread's handlers may queue (see `deferred`).
@@ -59,6 +63,12 @@ pub struct ThreadState {
     /// only (`trace::filter`; a fork's child forgets them).
     pub filter_tid: Cell<i32>,
     pub filter_comm: Cell<[u8; 16]>,
+    /// The thread's block of counters (`aggregate::blocks`' word: 0 until its first counted
+    /// hit), kept here so that the hit path finds it without a call into the dynamic loader.
+    pub block: Cell<usize>,
+    /// The thread's trace ring (`trace::buffers`' word: 0 until its first record), kept
+    /// here for the same reason.
+    pub ring: Cell<u32>,
 }
 
 thread_local! {
@@ -78,20 +88,57 @@ thread_local! {
             own: Cell::new(false),
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
+            block: Cell::new(0),
+            ring: Cell::new(0),
         }
     };
+}
+
+/// Where `STATE` lies from the thread pointer, the same in every thread (measured by
+/// [`init_static`]), or `NOT_STATIC` before, and where the runtime was not preloaded.
+static STATE_OFFSET: AtomicIsize = AtomicIsize::new(NOT_STATIC);
+const NOT_STATIC: isize = isize::MIN;
+
+/// Measures where the thread state lies from the thread pointer (start-up of a runtime
+/// preloaded with the program, before any probe is placed and before the program's threads
+/// exist). The dynamic loader gives the thread-local storage of every library loaded with
+/// the program a fixed place in the static TLS block, below the thread pointer (the x86-64
+/// TLS ABI, variant II), and copies it for each new thread at that same place.
+pub fn init_static() {
+    let at = STATE.with(|s| s as *const ThreadState as usize);
+    let offset = at.wrapping_sub(thread_pointer()) as isize;
+    // The static block lies below the thread pointer and is small; anything else would be
+    // storage the loader allocated for this thread alone: keep the loader's lookup then.
+    if (-(1 << 24)..0).contains(&offset) {
+        STATE_OFFSET.store(offset, Ordering::Relaxed);
+    }
 }
 
 /// The calling thread's state. The reference cannot leave the thread (`ThreadState` is not
 /// `Sync`), and the thread outlives every use of it.
 #[inline]
 pub fn current() -> &'static ThreadState {
+    let offset = STATE_OFFSET.load(Ordering::Relaxed);
+    if offset != NOT_STATIC {
+        // SAFETY: the thread's own copy of `STATE`, at the offset every thread has it (see
+        // `init_static`), as long-lived and confined as below.
+        return unsafe { &*(thread_pointer().wrapping_add(offset as usize) as *const ThreadState) };
+    }
+    current_slow()
+}
+
+/// [`current`] before start-up, or for a runtime not preloaded: through the pool, or the
+/// dynamic loader's lookup, which is no hit-path code (it may use the vector registers).
+#[cold]
+fn current_slow() -> &'static ThreadState {
     if POOLED.load(Ordering::Relaxed) {
         return pooled();
     }
+    let mut state = core::ptr::null::<ThreadState>();
+    crate::insn::vector::saving_vectors(|| state = STATE.with(|s| s as *const ThreadState));
     // SAFETY: the block lives as long as the thread; the `'static` reference is confined to
     // this thread because `&ThreadState` is not `Send`.
-    STATE.with(|s| unsafe { &*(s as *const ThreadState) })
+    unsafe { &*state }
 }
 
 // The states of a runtime loaded into a running process (attach). Its thread-local storage
@@ -132,6 +179,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     own: Cell::new(false),
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
+    block: Cell::new(0),
+    ring: Cell::new(0),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it
@@ -143,13 +192,6 @@ pub fn use_pool() {
 /// Whether thread states come from the pool (the runtime was loaded into a running process).
 pub fn pooled_states() -> bool {
     POOLED.load(Ordering::Relaxed)
-}
-
-fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: on x86-64 Linux, %fs:0 holds the thread pointer itself (the TLS ABI).
-    unsafe { core::arch::asm!("mov {}, fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-    tp
 }
 
 fn slot_of(tp: usize) -> usize {
@@ -222,11 +264,13 @@ pub fn pool_after_fork() {
 
 impl ThreadState {
     /// Reads errno (no call into libc: see `base::sys::errno_location`).
+    #[inline(always)]
     pub fn errno(&self) -> i32 {
         crate::base::sys::errno()
     }
 
     /// Writes errno.
+    #[inline(always)]
     pub fn set_errno(&self, value: i32) {
         // SAFETY: the slot is this thread's errno, valid for the thread's life.
         unsafe { *crate::base::sys::errno_location() = value }
@@ -251,6 +295,7 @@ impl ThreadState {
 
     /// Whether a hit now is the runtime's own, or comes from inside a handler or a handler
     /// library's entry point: it then runs no handler.
+    #[inline(always)]
     pub fn quiet(&self) -> bool {
         self.busy.get() || self.depth.get() != 0 || self.entry.get() != 0
     }

@@ -14,6 +14,7 @@ use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::base::sys;
+use crate::probe::thread;
 
 const FREE: u32 = 0;
 const OWNED: u32 = 1;
@@ -112,9 +113,11 @@ pub fn close() {
     CLOSED.store(true, Ordering::SeqCst);
 }
 
-thread_local! {
-    /// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had.
-    static MINE: Cell<u32> = const { Cell::new(0) };
+/// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had. A word of
+/// the thread's runtime state, which the hit path reaches without a call into the dynamic
+/// loader (see `probe::thread`).
+fn my_ring() -> &'static Cell<u32> {
+    &thread::current().ring
 }
 
 /// Makes the pool: `threads` rings of `size` bytes, rounded up to a power of two
@@ -149,7 +152,7 @@ pub fn pool() -> Option<&'static Pool> {
 #[inline]
 pub fn mine() -> Option<&'static Ring> {
     let pool = pool()?;
-    let i = MINE.with(Cell::get);
+    let i = my_ring().get();
     if i != 0 && i != u32::MAX {
         return pool.rings.get(i as usize - 1);
     }
@@ -166,14 +169,14 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
         .iter()
         .position(|r| r.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok());
     let Some(i) = found else {
-        MINE.with(|m| m.set(u32::MAX));
+        my_ring().set(u32::MAX);
         return None;
     };
     let ring = &pool.rings[i];
     ring.tid.store(sys::gettid(), Ordering::Relaxed);
     ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
     ring.generation.fetch_add(1, Ordering::Release);
-    MINE.with(|m| m.set(i as u32 + 1));
+    my_ring().set(i as u32 + 1);
     Some(ring)
 }
 
@@ -415,7 +418,7 @@ impl Ring {
 pub fn after_fork() {
     PID.store(sys::getpid(), Ordering::Relaxed);
     let Some(pool) = pool() else { return };
-    let mine = MINE.with(Cell::get);
+    let mine = my_ring().get();
     for (i, ring) in pool.rings.iter().enumerate() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);

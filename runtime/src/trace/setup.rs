@@ -14,7 +14,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler};
+use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, UretprobeHandler, UPROBE_NO_VECTORS};
 use crate::base::elf::{self, ElfInfo, LoadedModule};
 use crate::base::{maps, output, sys};
 use crate::probe::symbols::View;
@@ -58,12 +58,15 @@ pub struct Handlers {
     pub ret: UretprobeHandler,
     pub ret_entry: Option<UretprobeEntryHandler>,
     pub data_size: usize,
+    /// Whether `entry` touches no vector register (checked by the `hit_code` test), so a jump
+    /// probe calling only it skips their save.
+    pub vector_free: bool,
 }
 
 impl Handlers {
     /// The stream's: each hit becomes a record.
     pub const RECORD: Handlers =
-        Handlers { entry: record::on_entry, ret: record::on_return, ret_entry: None, data_size: 0 };
+        Handlers { entry: record::on_entry, ret: record::on_return, ret_entry: None, data_size: 0, vector_free: false };
 }
 
 /// A definition a front-end adds to the run's (`--latency`): where it came from (`--latency`),
@@ -444,6 +447,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
     });
     let u = Uprobe {
         pid: 0,
+        flags: if s.handlers.vector_free { UPROBE_NO_VECTORS } else { 0 },
         vaddr: t.addr as _,
         handler: Some(s.handlers.entry),
         registration_callback: None,

@@ -71,7 +71,7 @@ fn layout() -> Layout {
             r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8,
             rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss,
         }
-        Uprobe => "uprobe" { pid, vaddr, handler, registration_callback, symbol_name, offset, reserved }
+        Uprobe => "uprobe" { pid, flags, vaddr, handler, registration_callback, symbol_name, offset, reserved }
         Uretprobe => "uretprobe" { u, handler, entry_handler, data_size, maxactive, nmissed }
         UretprobeInstance => "uretprobe_instance" { rp, ret_addr, reserved; flexible data }
     }

@@ -1,6 +1,6 @@
 //! Constructors and accessors of the ABI types (no layout here: see the parent module).
 
-use super::{PtRegs, Uprobe, Uretprobe};
+use super::{PtRegs, Uprobe, Uretprobe, UPROBE_KNOWN_FLAGS, UPROBE_NO_VECTORS};
 
 impl PtRegs {
     /// `regs_return_value(regs)`: meaningful in a return probe.
@@ -28,6 +28,7 @@ impl Uprobe {
     pub const fn zeroed() -> Self {
         Self {
             pid: 0,
+            flags: 0,
             vaddr: 0,
             handler: None,
             registration_callback: None,
@@ -35,6 +36,14 @@ impl Uprobe {
             offset: 0,
             reserved: [core::ptr::null_mut(); 4],
         }
+    }
+}
+
+impl Uprobe {
+    /// Whether the probe declares its handlers free of vector registers
+    /// ([`UPROBE_NO_VECTORS`], with no unknown bit beside it).
+    pub const fn vector_free(&self) -> bool {
+        self.flags & !UPROBE_KNOWN_FLAGS == 0 && self.flags & UPROBE_NO_VECTORS != 0
     }
 }
 

@@ -1,0 +1,185 @@
+//! The code of the hit paths: which hits save the vector registers (the runtime's own hit path
+//! and aggregation code use none, read from the built libuprobe.so; a jump probe whose
+//! handlers declare `UPROBE_NO_VECTORS` skips their save, every other probe keeps it), and how
+//! the return trampoline leaves.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter, IntelFormatter, OpKind};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolKind};
+use uprobe_tests::*;
+
+/// Where a walk of the hit path stops, and why it may:
+/// - `uprobe_vector_safe` saves the vector registers around the code it calls (which it gets
+///   by pointer, so the walk does not follow it anyway);
+/// - `retprobe::on_entry` runs only for return probes, whose points always save them, and
+///   through `uprobe_vector_safe` where a hit began before such a probe was registered;
+/// - `core::panicking`: a bounds check that fails aborts the process (`panic = "abort"`).
+const STOPS: [&str; 3] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h", "4core9panicking"];
+
+/// Functions of other objects the walk may meet, and why:
+/// - `__errno_location`: called only before start-up measured errno's place (no probe exists
+///   then); afterwards errno is found from the thread pointer.
+const OUTSIDE: [&str; 1] = ["__errno_location"];
+
+/// What the pointer slots of libuprobe.so (its GOT) hold once loaded: an address of its own,
+/// or the name of another object's symbol.
+fn slots(obj: &object::File) -> BTreeMap<u64, Result<u64, String>> {
+    let names = obj.dynamic_symbol_table();
+    let mut slots = BTreeMap::new();
+    for (at, r) in obj.dynamic_relocations().into_iter().flatten() {
+        let held = match r.target() {
+            object::RelocationTarget::Symbol(i) => Err(names
+                .as_ref()
+                .and_then(|t| t.symbol_by_index(i).ok())
+                .and_then(|s| s.name().ok().map(str::to_string))
+                .unwrap_or_default()),
+            _ => Ok(r.addend() as u64),
+        };
+        slots.insert(at, held);
+    }
+    slots
+}
+
+/// The text section of libuprobe.so (its address and bytes) and its functions by address.
+fn functions(data: &[u8]) -> (u64, &[u8], BTreeMap<u64, (String, u64)>) {
+    let obj = object::File::parse(data).unwrap();
+    let text = obj.section_by_name(".text").unwrap();
+    let mut functions = BTreeMap::new();
+    for s in obj.symbols() {
+        if s.kind() == SymbolKind::Text && s.size() > 0 {
+            functions.insert(s.address(), (s.name().unwrap_or("").to_string(), s.size()));
+        }
+    }
+    (text.address(), text.data().unwrap(), functions)
+}
+
+/// Every function of libuprobe.so reachable from `start` (part of a mangled name) by direct
+/// calls and jumps (and those through its pointer slots), but for [`STOPS`]: returns the
+/// problems found (vector registers, calls that leave the library's own code, e.g. through
+/// the PLT to `__tls_get_addr`, but for [`OUTSIDE`]).
+fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
+    let (base, code, functions) = functions(data);
+    let slots = slots(&object::File::parse(data).unwrap());
+    let first = functions
+        .iter()
+        .find(|(_, (name, _))| name.contains(start))
+        .map(|(&at, _)| at)
+        .unwrap_or_else(|| panic!("no function {start} in libuprobe.so"));
+    let (mut todo, mut seen, mut problems) = (vec![first], BTreeSet::new(), Vec::new());
+    let mut formatter = IntelFormatter::new();
+    while let Some(at) = todo.pop() {
+        if !seen.insert(at) {
+            continue;
+        }
+        let (name, size) = &functions[&at];
+        if STOPS.iter().any(|s| name.contains(s)) {
+            continue;
+        }
+        let bytes = &code[(at - base) as usize..(at - base + size) as usize];
+        for insn in Decoder::with_ip(64, bytes, at, DecoderOptions::NONE) {
+            let vector = (0..insn.op_count()).any(|i| {
+                insn.op_kind(i) == OpKind::Register && {
+                    let r = insn.op_register(i);
+                    r.is_xmm() || r.is_ymm() || r.is_zmm()
+                }
+            });
+            let mut text = String::new();
+            formatter.format(&insn, &mut text);
+            if vector {
+                problems.push(format!("{name}+{:#x}: {text}", insn.ip() - at));
+            }
+            let direct = matches!(
+                insn.flow_control(),
+                FlowControl::Call | FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+            ) && insn.op0_kind() == OpKind::NearBranch64;
+            let through_slot = matches!(insn.flow_control(), FlowControl::IndirectCall | FlowControl::IndirectBranch)
+                && insn.is_ip_rel_memory_operand();
+            if through_slot {
+                match slots.get(&insn.ip_rel_memory_address()) {
+                    Some(Ok(target)) if functions.contains_key(target) => todo.push(*target),
+                    Some(Err(symbol)) if OUTSIDE.contains(&symbol.as_str()) => {}
+                    other => problems.push(format!("{name}+{:#x}: {text} (calls {other:?})", insn.ip() - at)),
+                }
+            }
+            if direct {
+                let target = insn.near_branch_target();
+                if (at..at + size).contains(&target) {
+                    continue;
+                }
+                if functions.contains_key(&target) {
+                    todo.push(target);
+                } else {
+                    problems.push(format!("{name}+{:#x}: {text} (leaves the runtime's code)", insn.ip() - at));
+                }
+            }
+        }
+    }
+    (seen.len(), problems)
+}
+
+#[test]
+fn the_hit_path_and_the_aggregation_handler_touch_no_vector_register() {
+    ensure_built();
+    let data = std::fs::read(artefact("libuprobe.so")).unwrap();
+    // The Rust side of a jump hit, and the handler of every counted entry event.
+    for start in ["5probe8dispatch8jump_hit17h", "9aggregate3hit8on_entry17h"] {
+        let (functions, problems) = walk(&data, start);
+        assert!(functions > 1, "{start}: {functions} functions");
+        assert!(problems.is_empty(), "{start} reaches:\n{}", problems.join("\n"));
+    }
+}
+
+fn jump_probe() -> std::path::PathBuf {
+    gcc("jump_probe", &["fixtures/jump_probe.c", "fixtures/jump_asm.S"], &["-O2", "-g"])
+}
+
+fn regcheck(params: &[&str]) -> String {
+    let prog = jump_probe();
+    let handler = test_handler("xmm_clobber");
+    let mut args = vec!["--handlers", handler.to_str().unwrap()];
+    for p in params {
+        args.extend(["--param", p]);
+    }
+    args.push(prog.to_str().unwrap());
+    let run = run_uprobe(&args);
+    assert!(run.status.success(), "{}", run.stderr);
+    run.stdout.lines().filter(|l| l.starts_with("regcheck")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_probe_declared_vector_free_skips_the_save_and_others_keep_it() {
+    let ok = "regcheck: ok\nregcheck: ok\nregcheck: ok";
+    // By default the handler's xmm3 never reaches the program.
+    assert_eq!(regcheck(&[]), ok);
+    // Declared free of vectors, the handler's write reaches it (xmm3 is register 16 + 3) on
+    // the jump path, which saved nothing; the trap path restores everything the kernel saved.
+    let skipped = if int3_only() { ok.to_string() } else { ["regcheck: register 19 changed"; 3].join("\n") };
+    assert_eq!(regcheck(&["novec=1"]), skipped);
+    // One probe at the place that does not declare it: the point saves them for both.
+    assert_eq!(regcheck(&["novec=1", "mixed=1"]), ok);
+}
+
+#[test]
+fn counting_keeps_every_register_without_saving_the_vectors() {
+    // --count's handler is declared vector-free: the program's xmm0-15 (and the rest) pass.
+    let prog = jump_probe();
+    let place = format!("p:regcheck_site {}:regcheck_site", prog.display());
+    let run = run_uprobe(&["--count", "-e", &place, prog.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stdout.starts_with("regcheck: ok\nregcheck: ok\nregcheck: ok\n"), "{}", run.stdout);
+    assert!(run.output.lines().any(|l| l.split_whitespace().eq(["regcheck_site", "3"])), "{}", run.output);
+}
+
+#[test]
+fn the_return_trampoline_leaves_by_an_indirect_jump() {
+    // A `ret` there would pop the return-stack buffer a second time for one return.
+    ensure_built();
+    let data = std::fs::read(artefact("libuprobe.so")).unwrap();
+    let (base, code, functions) = functions(&data);
+    let (&at, (_, size)) = functions.iter().find(|(_, (name, _))| name == "uprobe_ret_trampoline").unwrap();
+    let bytes = &code[(at - base) as usize..(at - base + size) as usize];
+    let insns: Vec<_> = Decoder::with_ip(64, bytes, at, DecoderOptions::NONE).into_iter().collect();
+    assert!(insns.iter().all(|i| i.flow_control() != FlowControl::Return), "a ret in the trampoline");
+    assert_eq!(insns.last().unwrap().flow_control(), FlowControl::IndirectBranch);
+}
