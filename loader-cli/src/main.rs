@@ -16,6 +16,7 @@ mod launch;
 mod runtime;
 mod serve;
 mod sys;
+mod usdt;
 
 use cli::Cli;
 use error::Error;
@@ -41,7 +42,7 @@ fn main() {
 }
 
 fn run() -> Result<Infallible, Error> {
-    let cli = Cli::from_args()?;
+    let mut cli = Cli::from_args()?;
     if cli.version {
         let (path, origin) = runtime::locate()?;
         println!("uprobe-run {}", env!("CARGO_PKG_VERSION"));
@@ -111,6 +112,12 @@ fn run() -> Result<Infallible, Error> {
         return Err(Error::DurationWithoutPid);
     }
 
+    if cli.events.iter().any(|t| usdt::names_a_marker(t)) {
+        // Markers by name become PATH:OFFSET(REF_CTR_OFFSET) definitions of the program's files.
+        let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
+        let program = resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?;
+        cli.events = usdt::translate(&cli.events, &program)?;
+    }
     let mut extra: Vec<(&str, OsString)> = Vec::new();
     for def in &cli.events {
         if def.contains('\n') {
