@@ -98,3 +98,54 @@ fn add(at: usize, by: i32) {
         (0..=i32::from(u16::MAX)).contains(&next).then_some(next as u16)
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(start: usize, len: usize, offset: usize, write: bool, exec: bool) -> Mapping {
+        Mapping { start, end: start + len, read: true, write, exec, offset, inode: 7, path: "/bin/app".into() }
+    }
+
+    #[test]
+    fn the_counter_is_in_the_writable_mapping_of_the_probed_file() {
+        let maps = [
+            mapping(0x1000, 0x1000, 0, false, false),
+            mapping(0x2000, 0x1000, 0x1000, false, true),
+            mapping(0x3000, 0x1000, 0x2000, true, false),
+        ];
+        want(1, 0x2068);
+        assert_eq!(locate(1, 0x2430, &maps), Ok(Some(0x3068)));
+        // In read-only memory, unaligned, or outside the file: refused, never written.
+        want(2, 0x0068);
+        assert!(matches!(
+            locate(2, 0x2430, &maps),
+            Err(RegisterError::Semaphore { why: "it is not in writable data", .. })
+        ));
+        want(3, 0x2069);
+        assert!(locate(3, 0x2430, &maps).is_err());
+        want(4, 0x9000);
+        assert!(locate(4, 0x2430, &maps).is_err());
+        // A probe without one.
+        assert_eq!(locate(5, 0x2430, &maps), Ok(None));
+        for key in 1..5 {
+            release(key);
+        }
+    }
+
+    #[test]
+    fn raised_and_lowered_within_bounds() {
+        let counter = AtomicU16::new(0);
+        let at = counter.as_ptr() as usize;
+        add(at, 1);
+        add(at, 1);
+        assert_eq!(counter.load(Ordering::SeqCst), 2);
+        add(at, -1);
+        add(at, -1);
+        add(at, -1);
+        assert_eq!(counter.load(Ordering::SeqCst), 0, "never below 0");
+        counter.store(u16::MAX, Ordering::SeqCst);
+        add(at, 1);
+        assert_eq!(counter.load(Ordering::SeqCst), u16::MAX, "never past 65535");
+    }
+}
