@@ -112,6 +112,7 @@ fn run() -> Result<Infallible, Error> {
         return Err(Error::DurationWithoutPid);
     }
 
+    usdt::inline_files(&mut cli.events, &mut cli.event_files)?;
     if cli.events.iter().any(|t| usdt::names_a_marker(t)) {
         // Markers by name become PATH:OFFSET(REF_CTR_OFFSET) definitions of the program's files.
         let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };

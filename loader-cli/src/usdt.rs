@@ -161,6 +161,24 @@ pub fn names_a_marker(text: &str) -> bool {
     def::parse(text).is_ok_and(|d| matches!(d.place, Place::Sdt { .. }))
 }
 
+/// When an `--events` file names a marker, every file's definitions join the `-e` ones (in
+/// the order the runtime numbers them: `-e`, then each file's), to be translated with them.
+pub fn inline_files(events: &mut Vec<String>, files: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let mut texts = Vec::with_capacity(files.len());
+    for f in files.iter() {
+        let text = fs::read_to_string(f).map_err(|source| Error::EventsFile { path: f.clone(), source })?;
+        texts.push(text);
+    }
+    if !texts.iter().any(|t| def::file_lines(t).any(|(_, l)| names_a_marker(l))) {
+        return Ok(());
+    }
+    for t in &texts {
+        events.extend(def::file_lines(t).map(|(_, l)| l.to_string()));
+    }
+    files.clear();
+    Ok(())
+}
+
 /// The `-e` definitions with each USDT marker by name replaced by the definitions of its
 /// sites; the others unchanged (a definition that does not parse is left to the runtime,
 /// which refuses it with its column).

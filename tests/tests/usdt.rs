@@ -75,7 +75,8 @@ fn markers_count_in_threads_and_after_fork_with_their_arguments_and_raise_the_se
     let mut plains: Vec<(i64, i64)> =
         records(&run, "plain").iter().map(|r| (r["arg2"].parse().unwrap(), r["arg1"].parse().unwrap())).collect();
     plains.sort();
-    let mut want: Vec<(i64, i64)> = expected_ticks().iter().map(|(i, _)| (*i, if *i >= 1000 { *i / 1000 } else { 0 })).collect();
+    let mut want: Vec<(i64, i64)> =
+        expected_ticks().iter().map(|(i, _)| (*i, if *i >= 1000 { *i / 1000 } else { 0 })).collect();
     want.sort();
     assert_eq!(plains, want);
 }
@@ -94,8 +95,13 @@ fn every_spelling_of_a_marker_raises_the_semaphore_once_per_probe() {
     let run = run_uprobe(&["--count", "-e", &kernel, "-e", "p:p/pt %app:tick", "-e", &module, s(&prog)]);
     assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
     assert_eq!(run.stdout, "start sem=3\nchild sem=3 computed=5\nend sem=3 computed=40\n");
-    let table: Vec<Vec<&str>> =
-        run.output.lines().skip(1).map(|l| l.split_whitespace().collect()).filter(|f: &Vec<&str>| !f.is_empty()).collect();
+    let table: Vec<Vec<&str>> = run
+        .output
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| !f.is_empty())
+        .collect();
     assert_eq!(table, [["kt", "45"], ["pt", "45"], ["mt", "45"]], "{}", run.output);
 }
 
@@ -105,9 +111,10 @@ fn counts_histograms_and_filters_use_the_marker_arguments() {
     let run = run_uprobe(&["--count", "--by", "name", "-e", "p sdt:app:tick name=+0(arg3):string", s(&prog)]);
     assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
     let by: Vec<String> = run.output.lines().filter(|l| l.starts_with("  ")).map(|l| l.trim().to_string()).collect();
-    assert_eq!(by[1..].iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>(), [
-        "alpha 25", "beta 10", "gamma 10"
-    ]);
+    assert_eq!(
+        by[1..].iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>(),
+        ["alpha 25", "beta 10", "gamma 10"]
+    );
     // A filter on an argument the fetchargs do not name brings it in.
     let run = run_uprobe(&["-e", "p sdt:app:tick name=+0(arg3):string if arg1 >= 1001 && arg1 < 1004", s(&prog)]);
     assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
@@ -223,16 +230,7 @@ fn python_function_returns_count_as_the_kernel_counts_them() {
         }
     }
     let run = uprobe_tests::run_uprobe_env(
-        &[
-            "--count",
-            "--by",
-            "fn",
-            "-e",
-            "p sdt:python:function__return fn=+0(arg2):string",
-            python,
-            "-I",
-            s(&script),
-        ],
+        &["--count", "--by", "fn", "-e", "p sdt:python:function__return fn=+0(arg2):string", python, "-I", s(&script)],
         &[("PYTHONHASHSEED", "0")],
     );
     assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
@@ -246,4 +244,19 @@ fn python_function_returns_count_as_the_kernel_counts_them() {
     assert!(kernel.values().sum::<u64>() > 10_000, "{kernel:?}");
     assert_eq!(ours.values().sum::<u64>(), kernel.values().sum::<u64>());
     assert_eq!(ours, kernel);
+}
+
+#[test]
+fn an_events_file_names_markers_too() {
+    let prog = usdt();
+    let file = std::env::temp_dir().join(format!("usdt-events-{}.txt", std::process::id()));
+    std::fs::write(&file, "# markers\np sdt:app:tick arg1\np:x/pl sdt:app:plain\n").unwrap();
+    let run = run_uprobe(&["--events", s(&file), "--filter", "tick: arg1 < 3", "-e", "p usdt:work", s(&prog)]);
+    let _ = std::fs::remove_file(&file);
+    assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
+    assert_eq!(run.stdout, "start sem=1\nchild sem=1 computed=5\nend sem=1 computed=40\n");
+    let ticks: Vec<String> = records(&run, "tick").iter().map(|r| r["arg1"].clone()).collect();
+    assert_eq!(ticks, ["0", "1", "2"]);
+    assert_eq!(records(&run, "pl").len(), 45);
+    assert_eq!(records(&run, "work").len(), 45);
 }
