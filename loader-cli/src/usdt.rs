@@ -202,7 +202,8 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
             })?],
             None => startup.clone(),
         };
-        let mut sites: Vec<(Module, Marker)> = Vec::new();
+        // The first module that has the marker (the program before its libraries).
+        let mut found: Option<(Module, Vec<Marker>)> = None;
         let mut seen: Vec<String> = Vec::new();
         for f in &files {
             let Some(m) = Module::read(f) else { continue };
@@ -212,32 +213,28 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
                     seen.push(id);
                 }
             }
-            let found: Vec<Marker> = m
+            let sites: Vec<Marker> = m
                 .markers
                 .iter()
                 .filter(|k| &k.provider == provider && glob(name.as_bytes(), k.name.as_bytes()))
                 .cloned()
                 .collect();
-            if !found.is_empty() {
-                sites.extend(found.into_iter().map(|k| (clone_module(&m), k)));
+            if !sites.is_empty() {
+                found = Some((m, sites));
                 break;
             }
         }
-        if sites.is_empty() {
+        let Some((module, sites)) = found else {
             let whom = match module {
                 Some(_) => files[0].display().to_string(),
                 None => format!("{} or the libraries it loads", program.display()),
             };
             let close = closest(&format!("{provider}:{name}"), &seen);
             return Err(refuse(format!("no USDT marker {provider}:{name} in {whom}{close}")));
-        }
-        out.extend(site_definitions(text, &sites).map_err(refuse)?);
+        };
+        out.extend(site_definitions(text, &module, &sites).map_err(refuse)?);
     }
     Ok(out)
-}
-
-fn clone_module(m: &Module) -> Module {
-    Module { path: m.path.clone(), markers: Vec::new(), segments: m.segments.clone(), symbols: m.symbols.clone() }
 }
 
 /// `(markers it has: a, b, c)`, the likeliest first, or nothing when it has none.
@@ -254,7 +251,7 @@ fn closest(wanted: &str, have: &[String]) -> String {
 }
 
 /// One definition per site: `p:GROUP/EVENT PATH:OFFSET(REF) FETCHARGS [if FILTER]`.
-fn site_definitions(text: &str, sites: &[(Module, Marker)]) -> Result<Vec<String>, String> {
+fn site_definitions(text: &str, module: &Module, sites: &[Marker]) -> Result<Vec<String>, String> {
     let words = def::words(text);
     let head = words[0].1;
     // `p:GRP/EVENT`, `p:EVENT`, `p:GRP/`: what the user named is kept.
@@ -269,9 +266,9 @@ fn site_definitions(text: &str, sites: &[(Module, Marker)]) -> Result<Vec<String
     let filter = words.iter().find(|&&(_, w)| w == "if").map(|&(at, _)| &text[at..]);
     let mut out = Vec::new();
     let mut used: Vec<String> = Vec::new();
-    for (module, m) in sites {
-        let base = match (event, def::is_glob(&m.name)) {
-            (Some(e), _) if !sites.iter().any(|(_, o)| o.name != m.name) => e.to_string(),
+    for m in sites {
+        let base = match event {
+            Some(e) if !sites.iter().any(|o| o.name != m.name) => e.to_string(),
             _ => def::sanitize(&m.name),
         };
         let mut name = base.clone();
