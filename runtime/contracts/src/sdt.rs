@@ -21,7 +21,9 @@ const NT_STAPSDT: u32 = 3;
 /// One marker, as its note says (addresses already moved for prelink).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Marker {
+    /// The provider (`python`).
     pub provider: String,
+    /// The marker's name within its provider (`function__entry`).
     pub name: String,
     /// Link-time address of the marker's `nop`.
     pub pc: u64,
@@ -81,19 +83,27 @@ pub enum Loc {
     /// Memory at `disp` (plus `symbol`'s address, when named) from a base register, plus an
     /// index register times a scale.
     Mem {
+        /// The displacement.
         disp: i64,
+        /// A symbol the displacement is relative to (`%rip`-relative operands only).
         symbol: Option<String>,
+        /// The base register.
         base: &'static str,
+        /// The index register and its scale (1, 2, 4 or 8).
         index: Option<(&'static str, u8)>,
     },
+    /// An immediate value (`$5`).
     Imm(i64),
 }
 
 /// One argument: its size in bytes, its sign, and where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Arg {
+    /// 1, 2, 4 or 8 bytes.
     pub size: u8,
+    /// Whether the spec's size was negative.
     pub signed: bool,
+    /// Where the value is.
     pub loc: Loc,
 }
 
@@ -101,7 +111,9 @@ pub struct Arg {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("argument spec {spec:?}: {what}")]
 pub struct SpecError {
+    /// The spec as written.
     pub spec: String,
+    /// What was expected.
     pub what: &'static str,
 }
 

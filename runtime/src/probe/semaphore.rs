@@ -46,15 +46,16 @@ pub(super) fn locate(key: usize, addr: usize, maps: &[Mapping]) -> Result<Option
     };
     let covering = maps.iter().find(|m| {
         m.inode == code.inode
+            && m.dev == code.dev
             && m.path == code.path
-            && (m.offset as u64) <= offset
-            && offset + 2 <= (m.offset + (m.end - m.start)) as u64
+            && m.offset <= offset
+            && offset + 2 <= m.offset + (m.end - m.start)
     });
     match covering {
         None => refuse("no mapping of the probed file covers it"),
         Some(m) if !m.write || !m.read => refuse("it is not in writable data"),
         Some(_) if offset & 1 != 0 => refuse("it is not 2-byte aligned"),
-        Some(m) => Ok(Some(m.start + (offset as usize - m.offset))),
+        Some(m) => Ok(Some((m.start + (offset - m.offset)) as usize)),
     }
 }
 
@@ -104,7 +105,8 @@ mod tests {
     use super::*;
 
     fn mapping(start: usize, len: usize, offset: usize, write: bool, exec: bool) -> Mapping {
-        Mapping { start, end: start + len, read: true, write, exec, offset, inode: 7, path: "/bin/app".into() }
+        let (start, len, offset) = (start as u64, len as u64, offset as u64);
+        Mapping { start, end: start + len, read: true, write, exec, shared: false, offset, dev: (8, 1), inode: 7, path: "/bin/app".into() }
     }
 
     #[test]

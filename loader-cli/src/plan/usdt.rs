@@ -19,7 +19,7 @@ use uprobe_contracts::def::{self, module_matches, Place};
 use uprobe_contracts::filter::glob;
 use uprobe_contracts::sdt::{self, Marker};
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// A file's markers, and what turns its addresses into file offsets.
 pub struct Module {

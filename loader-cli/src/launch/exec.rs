@@ -1,15 +1,11 @@
-//! The environment handed to the program and the exec itself; `runtime/src/base/spec.rs`
-//! reads what `run_spec` writes.
+//! The environment handed to the program and the exec itself.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// What execvp searches when PATH is unset (glibc's default).
-const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 /// `LD_PRELOAD` with the runtime appended to whatever the caller already preloads.
 pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
@@ -20,68 +16,6 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
     }
     value.push(runtime);
     value
-}
-
-/// `UPROBE_RUN_SPEC`: `KEY<TAB>VALUE` records, one a line. Paths must be absolute and,
-/// like params, free of newlines (the caller checks).
-pub fn run_spec(
-    handlers: &[PathBuf],
-    params: &[String],
-    output: Option<&Path>,
-    options: &[String],
-    extra: &[(&str, OsString)],
-) -> OsString {
-    let mut records: Vec<Vec<u8>> = Vec::new();
-    let mut record = |key: &str, value: &[u8]| {
-        records.push([key.as_bytes(), b"\t", value].concat());
-    };
-    for handler in handlers {
-        record("handlers", handler.as_os_str().as_bytes());
-    }
-    for param in params {
-        record("param", param.as_bytes());
-    }
-    if let Some(output) = output {
-        record("output", output.as_os_str().as_bytes());
-    }
-    for option in options {
-        record("option", option.as_bytes());
-    }
-    for (key, value) in extra {
-        record(key, value.as_bytes());
-    }
-    OsString::from_vec(records.join(&b'\n'))
-}
-
-/// What a directory entry looks like to execvp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Candidate {
-    Missing,
-    /// Exists, but is not an executable file.
-    Present,
-    Executable,
-}
-
-/// Finds `name` (which has no `/`) in `path_var` as execvp would: the first executable
-/// candidate wins; failing that, the first one that exists (so the caller can say why it
-/// cannot run); an empty PATH element means the current directory.
-pub fn search_path(
-    name: &OsStr,
-    path_var: Option<&OsStr>,
-    mut probe: impl FnMut(&Path) -> Candidate,
-) -> Option<PathBuf> {
-    let path_var = path_var.unwrap_or(OsStr::new(DEFAULT_PATH));
-    let mut first_present = None;
-    for dir in path_var.as_bytes().split(|&b| b == b':') {
-        let dir = if dir.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir) };
-        let candidate = Path::new(dir).join(name);
-        match probe(&candidate) {
-            Candidate::Executable => return Some(candidate),
-            Candidate::Present if first_present.is_none() => first_present = Some(candidate),
-            Candidate::Present | Candidate::Missing => {}
-        }
-    }
-    first_present
 }
 
 /// The kernel's limit on one argument or environment string, its NUL included
@@ -108,7 +42,7 @@ pub fn largest_record(spec: &OsStr) -> Option<(String, usize)> {
 pub struct Launch {
     /// The file to execute (PATH already searched).
     pub program: PathBuf,
-    /// argv[0]: the program as the user named it.
+    /// `argv[0]`: the program as the user named it.
     pub argv0: OsString,
     pub args: Vec<OsString>,
     pub ld_preload: OsString,
@@ -169,36 +103,4 @@ mod tests {
         assert_eq!(ld_preload(Some(OsStr::new("/a.so:/b.so")), rt), "/a.so:/b.so:/opt/uprobe/libuprobe.so");
     }
 
-    #[test]
-    fn spec_records_in_order() {
-        let spec = run_spec(
-            &["/h/libcount.so".into(), "/h/libtrace.so".into()],
-            &["probes=main,work+4".into(), "x=".into()],
-            Some(Path::new("/tmp/out")),
-            &["follow-exec".into()],
-            &[("event", "p t:add a=%di".into())],
-        );
-        assert_eq!(
-            spec,
-            "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
-             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec\nevent\tp t:add a=%di"
-        );
-        assert_eq!(run_spec(&[], &[], None, &[], &[]), "");
-    }
-
-    #[test]
-    fn path_search_follows_execvp() {
-        let probe = |p: &Path| match p.to_str().unwrap() {
-            "/usr/local/bin/prog" => Candidate::Present,
-            "/usr/bin/prog" | "./prog" => Candidate::Executable,
-            _ => Candidate::Missing,
-        };
-        let name = OsStr::new("prog");
-        let search = |path: &str| search_path(name, Some(OsStr::new(path)), probe);
-        assert_eq!(search("/bin:/usr/local/bin:/usr/bin"), Some("/usr/bin/prog".into()));
-        assert_eq!(search("/bin:/usr/local/bin"), Some("/usr/local/bin/prog".into()));
-        assert_eq!(search("/bin"), None);
-        assert_eq!(search("/bin::/usr/bin"), Some("./prog".into()));
-        assert_eq!(search_path(name, None, probe), Some("/usr/bin/prog".into()));
-    }
 }
