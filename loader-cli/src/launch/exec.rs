@@ -102,5 +102,4 @@ mod tests {
         assert_eq!(ld_preload(Some(OsStr::new("")), rt), "/opt/uprobe/libuprobe.so");
         assert_eq!(ld_preload(Some(OsStr::new("/a.so:/b.so")), rt), "/a.so:/b.so:/opt/uprobe/libuprobe.so");
     }
-
 }

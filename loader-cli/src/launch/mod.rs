@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use uprobe_contracts::spec::Spec;
 
 use crate::base::error::Error;
+use crate::base::program::resolve_program;
 use crate::base::{check, runtime, spec, sys};
 use crate::output::serve;
 use crate::plan::{self, Events, Output, Serve, Setup};
-use crate::base::program::resolve_program;
 use exec::Launch;
 
 /// Starts the program that `plan` names; returns only with the reason it could not.
@@ -155,4 +155,3 @@ fn event_spec(events: &Events) -> Result<Spec, Error> {
         ..Spec::default()
     })
 }
-

@@ -106,7 +106,18 @@ mod tests {
 
     fn mapping(start: usize, len: usize, offset: usize, write: bool, exec: bool) -> Mapping {
         let (start, len, offset) = (start as u64, len as u64, offset as u64);
-        Mapping { start, end: start + len, read: true, write, exec, shared: false, offset, dev: (8, 1), inode: 7, path: "/bin/app".into() }
+        Mapping {
+            start,
+            end: start + len,
+            read: true,
+            write,
+            exec,
+            shared: false,
+            offset,
+            dev: (8, 1),
+            inode: 7,
+            path: "/bin/app".into(),
+        }
     }
 
     #[test]
