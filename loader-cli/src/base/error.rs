@@ -61,6 +61,8 @@ pub enum Error {
     Spec(uprobe_contracts::spec::SpecError),
     #[error("-e '{}': {reason}", one_line(.def))]
     Definition { def: String, reason: &'static str },
+    #[error("-e '{}': {reason}", one_line(.def))]
+    Usdt { def: String, reason: String },
     #[error("{0}")]
     Filter(String),
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]

@@ -7,9 +7,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// What execvp searches when PATH is unset (glibc's default).
-const DEFAULT_PATH: &str = "/bin:/usr/bin";
-
 /// `LD_PRELOAD` with the runtime appended to whatever the caller already preloads.
 pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
     let mut value = OsString::new();
@@ -19,37 +16,6 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
     }
     value.push(runtime);
     value
-}
-
-/// What a directory entry looks like to execvp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Candidate {
-    Missing,
-    /// Exists, but is not an executable file.
-    Present,
-    Executable,
-}
-
-/// Finds `name` (which has no `/`) in `path_var` as execvp would: the first executable
-/// candidate wins; failing that, the first one that exists (so the caller can say why it
-/// cannot run); an empty PATH element means the current directory.
-pub fn search_path(
-    name: &OsStr,
-    path_var: Option<&OsStr>,
-    mut probe: impl FnMut(&Path) -> Candidate,
-) -> Option<PathBuf> {
-    let path_var = path_var.unwrap_or(OsStr::new(DEFAULT_PATH));
-    let mut first_present = None;
-    for dir in path_var.as_bytes().split(|&b| b == b':') {
-        let dir = if dir.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir) };
-        let candidate = Path::new(dir).join(name);
-        match probe(&candidate) {
-            Candidate::Executable => return Some(candidate),
-            Candidate::Present if first_present.is_none() => first_present = Some(candidate),
-            Candidate::Present | Candidate::Missing => {}
-        }
-    }
-    first_present
 }
 
 /// The kernel's limit on one argument or environment string, its NUL included
@@ -135,21 +101,5 @@ mod tests {
         assert_eq!(ld_preload(None, rt), "/opt/uprobe/libuprobe.so");
         assert_eq!(ld_preload(Some(OsStr::new("")), rt), "/opt/uprobe/libuprobe.so");
         assert_eq!(ld_preload(Some(OsStr::new("/a.so:/b.so")), rt), "/a.so:/b.so:/opt/uprobe/libuprobe.so");
-    }
-
-    #[test]
-    fn path_search_follows_execvp() {
-        let probe = |p: &Path| match p.to_str().unwrap() {
-            "/usr/local/bin/prog" => Candidate::Present,
-            "/usr/bin/prog" | "./prog" => Candidate::Executable,
-            _ => Candidate::Missing,
-        };
-        let name = OsStr::new("prog");
-        let search = |path: &str| search_path(name, Some(OsStr::new(path)), probe);
-        assert_eq!(search("/bin:/usr/local/bin:/usr/bin"), Some("/usr/bin/prog".into()));
-        assert_eq!(search("/bin:/usr/local/bin"), Some("/usr/local/bin/prog".into()));
-        assert_eq!(search("/bin"), None);
-        assert_eq!(search("/bin::/usr/bin"), Some("./prog".into()));
-        assert_eq!(search_path(name, None, probe), Some("/usr/bin/prog".into()));
     }
 }

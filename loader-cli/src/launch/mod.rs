@@ -13,7 +13,7 @@ pub mod exec;
 
 use std::convert::Infallible;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -21,10 +21,11 @@ use std::path::{Path, PathBuf};
 use uprobe_contracts::spec::Spec;
 
 use crate::base::error::Error;
+use crate::base::program::resolve_program;
 use crate::base::{check, runtime, spec, sys};
 use crate::output::serve;
 use crate::plan::{self, Events, Output, Serve, Setup};
-use exec::{Candidate, Launch};
+use exec::Launch;
 
 /// Starts the program that `plan` names; returns only with the reason it could not.
 pub fn run(plan: plan::Launch) -> Result<Infallible, Error> {
@@ -153,21 +154,4 @@ fn event_spec(events: &Events) -> Result<Spec, Error> {
         max_events: events.max_events,
         ..Spec::default()
     })
-}
-
-/// A name without `/` is looked up in PATH, like execvp does.
-fn resolve_program(name: &Path) -> Result<PathBuf, Error> {
-    if name.as_os_str().is_empty() {
-        return Err(Error::NoProgram);
-    }
-    if name.as_os_str().as_bytes().contains(&b'/') {
-        return Ok(name.into());
-    }
-    let path_var = std::env::var_os("PATH");
-    exec::search_path(name.as_os_str(), path_var.as_deref(), |candidate| match fs::metadata(candidate) {
-        Ok(meta) if meta.is_file() && sys::may_execute(candidate) => Candidate::Executable,
-        Ok(_) => Candidate::Present,
-        Err(_) => Candidate::Missing,
-    })
-    .ok_or_else(|| Error::NotInPath(name.into()))
 }

@@ -5,13 +5,15 @@
 //!
 //! What stays text is text in a language the runtime reads (`-e` definitions, `--latency`
 //! places, `--trigger` actions, `--hist` names): the runtime parses and refuses those with
-//! the column at fault.
+//! the column at fault. USDT markers by name are the exception: [`usdt`] finds them in the
+//! program's files and writes them as the kernel's `PATH:OFFSET(REF_CTR_OFFSET)` definitions.
 //!
 //! Context: uprobe-run's own process, before anything is started or attached; reads the
-//! `--config` file and the `--events` files, changes nothing.
+//! `--config` file, the `--events` files and the program's ELF files, changes nothing.
 
 pub mod aggregate;
 pub mod filter;
+pub mod usdt;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -24,6 +26,7 @@ use std::time::Duration;
 pub use crate::args::Format;
 use crate::args::{config, Cli};
 use crate::base::error::Error;
+use crate::base::program::resolve_program;
 use crate::base::spec;
 use aggregate::Aggregation;
 
@@ -319,17 +322,25 @@ fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: &Aggregation) -> Result
 
 /// The event options of a launch, checked.
 fn events(cli: &Cli, aggregation: &Aggregation) -> Result<Events, Error> {
-    for def in &cli.events {
+    let (mut definitions, mut event_files) = (cli.events.clone(), cli.event_files.clone());
+    usdt::inline_files(&mut definitions, &mut event_files)?;
+    if definitions.iter().any(|t| usdt::names_a_marker(t)) {
+        // Markers by name become PATH:OFFSET(REF_CTR_OFFSET) definitions of the program's files.
+        let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
+        let program = resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?;
+        definitions = usdt::translate(&definitions, &program)?;
+    }
+    for def in &definitions {
         if def.contains('\n') {
             return Err(Error::Definition { def: def.clone(), reason: "one definition a line: no newline in -e" });
         }
     }
     let mut files = Vec::new();
-    for file in &cli.event_files {
+    for file in &event_files {
         fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
         files.push(spec::path(file)?);
     }
-    let filters = filter::compile(&cli.events, &cli.event_files, &cli.filters, &aggregation.latency)?;
+    let filters = filter::compile(&definitions, &event_files, &cli.filters, &aggregation.latency)?;
     for t in &cli.triggers {
         if t.contains('\n') || !t.contains(':') {
             return Err(Error::Filter(format!(
@@ -345,7 +356,7 @@ fn events(cli: &Cli, aggregation: &Aggregation) -> Result<Events, Error> {
         });
     }
     Ok(Events {
-        definitions: cli.events.clone(),
+        definitions,
         files,
         filters,
         format: cli.format,

@@ -7,6 +7,10 @@
 //! WHERE: PATH:OFFSET   a file offset into the executable or library, as tracefs takes it
 //!        [MODULE:]SYMBOL[+OFFSET]   a function by name (mangled or demangled), or a glob
 //!        0xADDR        an address in the process
+//!        PATH:OFFSET(REF_CTR_OFFSET)   a USDT marker whose semaphore is at file offset
+//!                      REF_CTR_OFFSET (raised while the probe is armed), as tracefs takes it
+//!        [MODULE:]sdt:PROVIDER:NAME, %PROVIDER:NAME   a USDT marker by name, which
+//!                      uprobe-run translates into the form above (see `sdt`)
 //! ```
 //!
 //! Words are separated by blanks outside parentheses and angle brackets, so a demangled C++
@@ -40,6 +44,17 @@ pub enum Place {
         path: String,
         /// The offset into the file.
         offset: u64,
+        /// `(REF_CTR_OFFSET)`: the file offset of a USDT semaphore.
+        ref_ctr: Option<u64>,
+    },
+    /// `[MODULE:]sdt:PROVIDER:NAME` or `%PROVIDER:NAME`: a USDT marker (NAME may be a glob).
+    Sdt {
+        /// The module named before `:sdt:` (None: the program, then its libraries).
+        module: Option<String>,
+        /// The marker's provider.
+        provider: String,
+        /// The marker's name, or a glob.
+        name: String,
     },
     /// `[MODULE:]SYMBOL[+OFFSET]`; SYMBOL may be a glob.
     Symbol {
@@ -88,7 +103,7 @@ fn fail<T>(at: usize, what: impl Into<String>) -> Result<T, DefError> {
 }
 
 /// Splits at blanks outside `()`, `<>` and double quotes; each word with its byte offset.
-fn words(text: &str) -> Vec<(usize, &str)> {
+pub fn words(text: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let (mut depth, mut quoted, mut start) = (0i32, false, None);
     for (i, c) in text.char_indices() {
@@ -167,6 +182,10 @@ pub fn parse(text: &str) -> Result<Definition, DefError> {
             }
         }
     }
+    let sdt = matches!(place, Place::Sdt { .. });
+    if sdt && kind == Kind::Return {
+        return fail(where_at, "an entry event on a USDT marker (a marker is not a function: no return)");
+    }
     let site = if kind == Kind::Return { Site::Return } else { Site::Entry };
     let mut args: Vec<FetchArg> = Vec::new();
     let mut filter = None;
@@ -183,7 +202,15 @@ pub fn parse(text: &str) -> Result<Definition, DefError> {
         if args.len() == MAX_ARGS {
             return fail(at, format!("at most {MAX_ARGS} fetchargs"));
         }
-        let arg = fetch::parse(word, i + 1, site).map_err(|e| DefError { at: at + e.at, what: e.what })?;
+        // A marker's arguments are `argN`: checked here as `$argN`, read as uprobe-run
+        // translates them (see `sdt::substitute`).
+        let checked = match sdt {
+            true => crate::sdt::substitute(word, |n| Some((format!("$arg{n}"), "u64".into())))
+                .map_err(|n| DefError { at, what: format!("a marker argument from arg1, not arg{n}") })?,
+            false => word.to_string(),
+        };
+        let arg = fetch::parse(&checked, i + 1, site)
+            .map_err(|e| DefError { at: at + e.at.min(word.len()), what: e.what })?;
         if args.iter().any(|a| a.name == arg.name) {
             return fail(at, format!("a name not used twice ({} is)", arg.name));
         }
@@ -196,9 +223,18 @@ fn parse_place(text: &str, at: usize) -> Result<Place, DefError> {
     if text.is_empty() {
         return fail(at, "WHERE");
     }
+    if let Some(sdt) = parse_sdt(text, at)? {
+        return Ok(sdt);
+    }
+    let mut ref_ctr = None;
+    let mut text = text;
     if let Some(i) = text.find('(').filter(|_| text.ends_with(')')) {
-        if fetch::number(&text[i + 1..text.len() - 1]).is_some() {
-            return fail(at + i, "no reference counter (SDT semaphores are not supported)");
+        if let Some(v) = fetch::number(&text[i + 1..text.len() - 1]) {
+            if v < 0 {
+                return fail(at + i + 1, "a non-negative reference counter offset");
+            }
+            ref_ctr = Some(v as u64);
+            text = &text[..i];
         }
     }
     let (module, rest, rest_at) = match module_colon(text) {
@@ -214,9 +250,13 @@ fn parse_place(text: &str, at: usize) -> Result<Place, DefError> {
     if let Some(v) = fetch::number(rest) {
         return match (module, v) {
             (_, v) if v < 0 => fail(rest_at, "a non-negative offset"),
-            (Some(path), v) => Ok(Place::FileOffset { path: path.to_string(), offset: v as u64 }),
+            (Some(path), v) => Ok(Place::FileOffset { path: path.to_string(), offset: v as u64, ref_ctr }),
+            (None, _) if ref_ctr.is_some() => fail(at, "PATH:OFFSET before a (REF_CTR_OFFSET)"),
             (None, v) => Ok(Place::Address(v as u64)),
         };
+    }
+    if ref_ctr.is_some() {
+        return fail(at, "PATH:OFFSET before a (REF_CTR_OFFSET)");
     }
     let (name, offset) = match plus_offset(rest) {
         Some(i) => (&rest[..i], fetch::number(&rest[i + 1..]).unwrap_or(0) as u64),
@@ -226,6 +266,28 @@ fn parse_place(text: &str, at: usize) -> Result<Place, DefError> {
         return fail(rest_at, "a SYMBOL");
     }
     Ok(Place::Symbol { module: module.map(str::to_string), name: name.to_string(), offset })
+}
+
+/// `[MODULE:]sdt:PROVIDER:NAME` or `%[sdt_]PROVIDER:NAME` (as `perf probe` takes it).
+fn parse_sdt(text: &str, at: usize) -> Result<Option<Place>, DefError> {
+    let (module, rest, rest_at) = if let Some(r) = text.strip_prefix('%') {
+        (None, r.strip_prefix("sdt_").unwrap_or(r), at + 1)
+    } else if let Some(r) = text.strip_prefix("sdt:") {
+        (None, r, at + 4)
+    } else if let Some(i) = text.find(":sdt:") {
+        (Some(&text[..i]), &text[i + 5..], at + i + 5)
+    } else {
+        return Ok(None);
+    };
+    if module == Some("") {
+        return fail(at, "a module name before ':sdt:'");
+    }
+    match rest.split_once(':') {
+        Some((p, n)) if !p.is_empty() && !n.is_empty() && !n.contains(':') => {
+            Ok(Some(Place::Sdt { module: module.map(str::to_string), provider: p.to_string(), name: n.to_string() }))
+        }
+        _ => fail(rest_at, "PROVIDER:NAME of a USDT marker (sdt:PROVIDER:NAME)"),
+    }
 }
 
 /// The ':' that ends a module name: the first one not part of a `::` and outside brackets.
@@ -255,12 +317,13 @@ impl Definition {
     /// `__return` for a return event, as `perf probe` names them) for symbols.
     pub fn default_name(&self, symbol: Option<&str>) -> String {
         match &self.place {
-            Place::FileOffset { path, offset } => {
+            Place::FileOffset { path, offset, .. } => {
                 let file = path.rsplit('/').next().unwrap_or(path);
                 let tail = file.split(['.', '-', '_']).next().unwrap_or(file);
                 format!("p_{}_{offset:#x}", sanitize(tail))
             }
             Place::Address(a) => format!("p_{a:#x}"),
+            Place::Sdt { name, .. } => sanitize(symbol.unwrap_or(name)),
             Place::Symbol { name, offset, .. } => {
                 let mut n = sanitize(symbol.unwrap_or(name));
                 if *offset != 0 {
@@ -291,6 +354,15 @@ pub fn file_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
 }
 
+/// Whether `module` (as a user writes it) names the file at `path`: the full path, the file
+/// name, or the file name without its version suffix (`libc` and `libc.so` for `libc.so.6`).
+pub fn module_matches(path: &str, module: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    path == module
+        || base == module
+        || base.strip_prefix(module).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+}
+
 /// Whether a symbol pattern is a glob (`*`, `?` or a `[...]` class).
 pub fn is_glob(name: &str) -> bool {
     name.contains(['*', '?']) || (name.contains('[') && name.contains(']') && !name.contains("operator"))
@@ -309,7 +381,7 @@ mod tests {
     fn tracefs_lines_parse_unchanged() {
         let d = ok("p:myapp/alloc /usr/lib/libc.so.6:0x9a0f0 size=%di");
         assert_eq!((d.kind, d.group.as_str(), d.event.as_deref()), (Kind::Entry, "myapp", Some("alloc")));
-        assert_eq!(d.place, Place::FileOffset { path: "/usr/lib/libc.so.6".into(), offset: 0x9a0f0 });
+        assert_eq!(d.place, Place::FileOffset { path: "/usr/lib/libc.so.6".into(), offset: 0x9a0f0, ref_ctr: None });
         assert_eq!(d.args[0].fetch, Fetch::Reg(Reg(14)));
         let r = ok("r:myapp/alloc_ret libc.so.6:malloc ptr=$retval");
         assert_eq!(r.kind, Kind::Return);
@@ -350,9 +422,31 @@ mod tests {
         assert!(parse("p:a-b t:add").unwrap_err().what.starts_with("an event name"));
         assert!(parse("r t:add+4").unwrap_err().what.starts_with("a function's entry"));
         assert!(parse("p t:add a=%di a=%si").unwrap_err().what.contains("not used twice"));
-        assert!(parse("p /t:0x10(0x20)").unwrap_err().what.contains("reference counter"));
+        assert!(parse("p /t:0x10(-2)").unwrap_err().what.contains("reference counter"));
+        assert!(parse("p 0x10(0x20)").unwrap_err().what.starts_with("PATH:OFFSET"));
+        assert!(parse("p sdt:python").unwrap_err().what.starts_with("PROVIDER:NAME"));
+        assert!(parse("p :sdt:a:b").unwrap_err().what.starts_with("a module name"));
         assert_eq!(parse("p t:add x=%di:u7").unwrap_err().at, 14);
         assert_eq!(parse("p t:add x=%di if ").unwrap_err().what, "a FILTER after 'if'");
+    }
+
+    #[test]
+    fn usdt_markers_and_semaphores() {
+        assert_eq!(
+            ok("p:sdt_app/tick /bin/app:0x1139(0x4010) arg1=%di:s32").place,
+            Place::FileOffset { path: "/bin/app".into(), offset: 0x1139, ref_ctr: Some(0x4010) }
+        );
+        let sdt = |m: Option<&str>, p: &str, n: &str| Place::Sdt {
+            module: m.map(str::to_string),
+            provider: p.into(),
+            name: n.into(),
+        };
+        assert_eq!(ok("p sdt:python:function__entry").place, sdt(None, "python", "function__entry"));
+        assert_eq!(ok("p python3.11:sdt:python:line").place, sdt(Some("python3.11"), "python", "line"));
+        assert_eq!(ok("p /usr/bin/python3:sdt:python:gc__*").place, sdt(Some("/usr/bin/python3"), "python", "gc__*"));
+        assert_eq!(ok("p %sdt_python:audit").place, sdt(None, "python", "audit"));
+        assert_eq!(ok("p %python:audit f=+0(arg1):string").place, sdt(None, "python", "audit"));
+        assert_eq!(ok("p sdt:app:tick").default_name(None), "tick");
     }
 
     #[test]

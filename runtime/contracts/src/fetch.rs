@@ -4,6 +4,8 @@
 //! - `%REG` (`%di`, `%ax`, ... as the kernel names them; `%rdi` is taken too), `$stackN`,
 //!   `$stack`, `$retval`, `$comm`, `$argN`, `@ADDR`, `@+OFFSET` (a file offset in the probed
 //!   file), `\IMM`, `\"STRING"`, and `+|-OFFS(FETCHARG)`, which reads memory and nests;
+//!   beyond the kernel, `+|-OFFS(%BASE,%INDEX,SCALE)` reads memory at an x86 indexed address
+//!   (what a USDT argument spec such as `8@16(%rsp,%rax,8)` names);
 //! - types `u8..u64`, `s8..s64`, `x8..x64`, `char`, `string`, `ustring`, `symbol`, bitfields
 //!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
 //!   `x64`, as the kernel shows it; `$comm` is a string.
@@ -65,6 +67,15 @@ pub enum Fetch {
     Immediate(u64),
     /// `\"TEXT"`: an immediate string.
     ImmediateString(Vec<u8>),
+    /// `%BASE,%INDEX,SCALE` inside a dereference: base + index * scale.
+    Indexed {
+        /// The base register.
+        base: Reg,
+        /// The index register.
+        index: Reg,
+        /// 1, 2, 4 or 8.
+        scale: u8,
+    },
     /// `+|-OFFS(FETCHARG)`: memory at the inner value plus the offset.
     Deref {
         /// OFFS, added to the inner value.
@@ -283,13 +294,36 @@ fn parse_value(text: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
         }
         let off_text = text[..open].replacen("+u", "+", 1).replacen("-u", "-", 1);
         let offset = number(&off_text).ok_or(ArgError { at, what: "an offset like +8 or -0x10 before '('".into() })?;
-        let inner = parse_value(&text[open + 1..text.len() - 1], at + open + 1, site)?;
+        let inside = &text[open + 1..text.len() - 1];
+        let inner = match inside.starts_with('%') && inside.contains(',') {
+            true => parse_indexed(inside, at + open + 1)?,
+            false => parse_value(inside, at + open + 1, site)?,
+        };
         if matches!(inner, Fetch::Comm | Fetch::ImmediateString(_)) {
             return err(at + open + 1, "a number to dereference, not a string");
         }
         return Ok(Fetch::Deref { offset: offset as i64, inner: Box::new(inner) });
     }
     err(at, "%REG, $VAR, @ADDR, @+OFFSET, \\IMM or +|-OFFS(FETCHARG)")
+}
+
+/// `%BASE,%INDEX[,SCALE]`.
+fn parse_indexed(text: &str, at: usize) -> Result<Fetch, ArgError> {
+    let mut parts = text.split(',');
+    let mut register = |what: &str| {
+        let t = parts.next().unwrap_or("");
+        t.strip_prefix('%').and_then(reg).ok_or_else(|| ArgError { at, what: format!("{what} register, not {t:?}") })
+    };
+    let (base, index) = (register("a base")?, register("an index")?);
+    let scale = match parts.next().map(str::parse::<u8>) {
+        None => 1,
+        Some(Ok(s @ (1 | 2 | 4 | 8))) => s,
+        Some(_) => return err(at, "a scale of 1, 2, 4 or 8 after the index register"),
+    };
+    if parts.next().is_some() {
+        return err(at, "%BASE,%INDEX,SCALE and nothing more");
+    }
+    Ok(Fetch::Indexed { base, index, scale })
 }
 
 fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
@@ -434,6 +468,16 @@ mod tests {
         assert!(a.ty.is_string());
         assert_eq!(ok("-0x10(%bp):s64").fetch, Fetch::Deref { offset: -16, inner: Box::new(Fetch::Reg(Reg(4))) });
         assert_eq!(ok("+u8(%si)").fetch, Fetch::Deref { offset: 8, inner: Box::new(Fetch::Reg(Reg(13))) });
+        assert_eq!(
+            ok("+16(%sp,%ax,8):u64").fetch,
+            Fetch::Deref { offset: 16, inner: Box::new(Fetch::Indexed { base: Reg(19), index: Reg(10), scale: 8 }) }
+        );
+        assert_eq!(
+            ok("+0(%si,%dx)").fetch,
+            Fetch::Deref { offset: 0, inner: Box::new(Fetch::Indexed { base: Reg(13), index: Reg(12), scale: 1 }) }
+        );
+        assert!(bad("+0(%si,%dx,3)", Site::Entry).what.starts_with("a scale"));
+        assert!(bad("+0(%si,%zz,8)", Site::Entry).what.starts_with("an index register"));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! - [`def`]: event definitions in the kernel's `uprobe_events` grammar, their fetchargs
 //!   ([`fetch`]), and predicates in the kernel's event-filter grammar, compiled by
 //!   `uprobe-run` into a small program that travels in the run spec and that the runtime runs
-//!   at each hit ([`filter`]).
+//!   at each hit ([`filter`]);
+//! - [`sdt`]: USDT markers: the `.note.stapsdt` notes and their argument specs, which
+//!   `uprobe-run` turns into fetchargs and the runtime lists.
 //!
 //! Pure: text in, values out; no system calls, no globals, no process state, nothing that
 //! allocates at evaluation. Decoders refuse what they cannot read exactly; none panics.
@@ -24,6 +26,7 @@ pub mod errno;
 pub mod fetch;
 pub mod filter;
 pub mod maps;
+pub mod sdt;
 pub mod spec;
 #[cfg(test)]
 mod testgen;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionFlags, SymbolFlags, SymbolKind};
 use thiserror::Error;
+use uprobe_contracts::sdt::{self, Marker};
 
 use crate::base::maps::Mapping;
 
@@ -57,14 +58,8 @@ pub fn parse_spec(spec: &str) -> Result<ProbeSpec<'_>, SpecError> {
     Ok(ProbeSpec::Symbol { module, name, offset })
 }
 
-/// Whether `module` (as a user writes it) names the file at `path`: the full path, the file
-/// name, or the file name without its version suffix (`libc` and `libc.so` for `libc.so.6`).
-pub fn module_matches(path: &str, module: &str) -> bool {
-    let base = path.rsplit('/').next().unwrap_or(path);
-    path == module
-        || base == module
-        || base.strip_prefix(module).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
-}
+// Whether a module as a user writes it names a file: one rule for uprobe-run and the runtime.
+pub use uprobe_contracts::def::module_matches;
 
 /// A function-like symbol of an ELF file, at its link-time address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +86,8 @@ pub struct ElfInfo {
     go: bool,
     /// The size of the largest code symbol: how far back a symbol holding an address may start.
     max_code_size: u64,
+    /// USDT markers (`.note.stapsdt`).
+    markers: Vec<Marker>,
 }
 
 const STT_GNU_IFUNC: u8 = 10;
@@ -138,7 +135,9 @@ impl ElfInfo {
         let file_ranges = file.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let go = file.section_by_name(".go.buildinfo").is_some() || by_name.contains_key("runtime.main");
         let max_code_size = symbols.iter().filter(|s| s.code).map(|s| s.size).max().unwrap_or(0);
-        Ok(ElfInfo { symbols, by_name, segments, file_ranges, go, max_code_size })
+        let notes = file.section_by_name(".note.stapsdt").and_then(|s| s.data().ok()).unwrap_or(&[]);
+        let markers = sdt::markers(notes, file.section_by_name(".stapsdt.base").map(|s| s.address()));
+        Ok(ElfInfo { symbols, by_name, segments, file_ranges, go, max_code_size, markers })
     }
 
     /// Whether this is a Go program.
@@ -170,6 +169,11 @@ impl ElfInfo {
 
     pub fn symbols(&self) -> &[Symbol] {
         &self.symbols
+    }
+
+    /// The file's USDT markers, at their link-time addresses.
+    pub fn markers(&self) -> &[Marker] {
+        &self.markers
     }
 
     /// The link-time address of file offset `offset` (as tracefs's `PATH:OFFSET` names code).

@@ -128,13 +128,20 @@ fn is_padding(bytes: &[u8], need: usize) -> bool {
 /// starting at `addr`) can take a jump. `padding` are the bytes between the function's end and
 /// the next symbol.
 pub fn plan(func: &[u8], addr: u64, padding: &[u8]) -> Result<JumpPlan, NoJump> {
-    let insns = decode_all(func, addr)?;
+    plan_at(func, addr, addr, padding)
+}
+
+/// [`plan`] for an instruction boundary `addr` inside the function that starts at `start`
+/// (a USDT marker's `nop`): the same checks, branches into the patched bytes searched in the
+/// whole function.
+pub fn plan_at(func: &[u8], start: u64, addr: u64, padding: &[u8]) -> Result<JumpPlan, NoJump> {
+    let insns = decode_all(func, start)?;
     if let Some(i) = insns.iter().find(|i| i.flow_control() == FlowControl::IndirectBranch) {
         return Err(NoJump::IndirectJump { at: i.ip() });
     }
     let mut covered = Vec::new();
     let mut len = 0;
-    for insn in &insns {
+    for insn in insns.iter().skip_while(|i| i.ip() != addr) {
         if len >= JMP_LEN {
             break;
         }
@@ -217,6 +224,17 @@ mod tests {
         // xor %eax,%eax; inc %eax (2 bytes, at +2); cmp $9,%eax; jne +2 (back to inc); ret
         let f = [0x31, 0xc0, 0xff, 0xc0, 0x83, 0xf8, 0x09, 0x75, 0xf9, 0xc3];
         assert_eq!(plan(&f, AT, &[]), Err(NoJump::BranchIntoPatch { from: AT + 7, to: AT + 2 }));
+    }
+
+    #[test]
+    fn plans_inside_a_function_and_sees_branches_from_before() {
+        // xor %eax,%eax; nop (a marker, at +2); add $1,%eax; ret
+        let f = [0x31, 0xc0, 0x90, 0x83, 0xc0, 0x01, 0xc3, 0xcc, 0xcc];
+        let p = plan_at(&f, AT, AT + 2, &[]).unwrap();
+        assert_eq!((p.covered[0].ip(), p.covered.len(), p.patch_len), (AT + 2, 3, 5));
+        // jne to +3 from before the nop: lands inside the patched bytes
+        let f = [0x75, 0x01, 0x90, 0x83, 0xc0, 0x01, 0x90, 0xc3];
+        assert_eq!(plan_at(&f, AT, AT + 2, &[]), Err(NoJump::BranchIntoPatch { from: AT, to: AT + 3 }));
     }
 
     #[test]

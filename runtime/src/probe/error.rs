@@ -64,6 +64,8 @@ pub enum RegisterError {
     Unsupported { addr: usize, source: PlanError },
     #[error("the instruction at {addr:#x} needs an out-of-line slot: {source}")]
     Slot { addr: usize, source: SlotError },
+    #[error("the USDT semaphore of the probe at {addr:#x} (file offset {offset:#x}) cannot be raised: {why}")]
+    Semaphore { addr: usize, offset: u64, why: &'static str },
     #[error("cannot patch {addr:#x}: {source}")]
     Patch { addr: usize, source: patch::PatchError },
     #[error(
@@ -107,6 +109,7 @@ impl RegisterError {
             | InRuntime(_)
             | UsedByHitPath(..)
             | NotBoundary { .. }
+            | Semaphore { .. }
             | Undecodable(_)
             | Unsupported { .. }
             | NotEntry { .. }

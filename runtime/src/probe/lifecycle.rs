@@ -15,6 +15,7 @@ use crate::probe::registry::{
     flush, pending_consumer, pending_consumers, place, resolve_within, state, target_of, unregister_all, Batch,
     Pending, State, Where, ON_ARMED,
 };
+use crate::probe::semaphore;
 use crate::probe::table::{self, Consumer};
 
 /// Removes every probe still registered or waiting for its module (before an `exec`, once
@@ -113,6 +114,7 @@ pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
     let mut dropped = Vec::new();
     for (key, addr) in gone {
         st.registered.remove(&key);
+        semaphore::forget(key);
         let Some(pp) = table::lookup(addr) else { continue };
         let mut probes = pp.probes();
         let Some(&consumer) = probes.iter().find(|c| c.key() == key) else { continue };

@@ -8,6 +8,7 @@
 //! - [`registry`]: registration, placement batches, removal;
 //! - [`lifecycle`]: the registry across dlopen/dlclose, fork, exec and the end of the run;
 //! - [`place`]: checking and preparing a probe point, writing a batch of patches;
+//! - [`semaphore`]: USDT semaphores, raised while their probe is placed;
 //! - [`symbols`]: the address space and the symbols of the loaded modules;
 //! - [`traps`]: where an `int3` must not go (glibc runs the code with every signal blocked);
 //! - [`ssol`]: out-of-line slots and stub memory;
@@ -49,6 +50,8 @@ pub mod retprobe;
 pub mod returnable;
 #[allow(unsafe_code)]
 pub mod returns;
+#[allow(unsafe_code)]
+pub mod semaphore;
 #[allow(unsafe_code)]
 pub mod snapshot;
 #[allow(unsafe_code)]

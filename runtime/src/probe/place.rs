@@ -205,8 +205,10 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         changed_reported: AtomicBool::new(false),
     });
     let context = &*pp as *const ProbePoint as u64;
+    let marker = site.function.as_ref().is_some_and(|f| view.is_marker(addr, f));
     let outside = |len: usize| branch_from_outside(view, site.function.as_ref(), len);
-    pp.jump = jump_for(site.function.as_ref(), addr, slots, &site.maps, context, trap_unsafe.is_some(), outside);
+    let required = trap_unsafe.is_some();
+    pp.jump = jump_for(site.function.as_ref(), addr, slots, &site.maps, context, required, marker, outside);
     if let (Some((name, blocked)), Err(why)) = (site.trap_unsafe, &pp.jump) {
         return Err(RegisterError::TrapUnsafe { addr, function: name.into(), blocked, why: why.to_string() });
     }
@@ -224,8 +226,8 @@ pub fn assess(view: &mut View, addr: usize) -> Result<Strategy, RegisterError> {
     let jump = match &site.function {
         _ if !OPTIMIZE.load(Ordering::Relaxed) && site.trap_unsafe.is_none() => Err(NoJump::Disabled),
         None => Err(NoJump::NoFunction),
-        Some(f) if f.start != addr => Err(NoJump::NotEntry),
-        Some(f) => jump::plan(&f.bytes, addr as u64, &f.padding).and_then(|plan| {
+        Some(f) if f.start != addr && !view.is_marker(addr, f) => Err(NoJump::NotEntry),
+        Some(f) => jump::plan_at(&f.bytes, f.start as u64, addr as u64, &f.padding).and_then(|plan| {
             if plan.patch_len > MAX_PATCH {
                 return Err(NoJump::TooShort { len: plan.patch_len as u64 });
             }
@@ -261,16 +263,17 @@ fn jump_for(
     maps: &[Mapping],
     context: u64,
     required: bool,
+    marker: bool,
     outside: impl FnOnce(usize) -> Option<(u64, u64)>,
 ) -> Result<JumpPrep, NoJump> {
     if !OPTIMIZE.load(Ordering::Relaxed) && !required {
         return Err(NoJump::Disabled);
     }
     let f = function.ok_or(NoJump::NoFunction)?;
-    if f.start != addr {
+    if f.start != addr && !marker {
         return Err(NoJump::NotEntry);
     }
-    let plan = jump::plan(&f.bytes, addr as u64, &f.padding)?;
+    let plan = jump::plan_at(&f.bytes, f.start as u64, addr as u64, &f.padding)?;
     if let Some((from, to)) = outside(plan.patch_len) {
         return Err(NoJump::BranchIntoPatch { from, to });
     }

@@ -26,6 +26,7 @@ use crate::probe::error::RegisterError;
 use crate::probe::extent;
 use crate::probe::place::{self, Change, Strategy, Target, WriteError};
 use crate::probe::returnable;
+use crate::probe::semaphore;
 use crate::probe::ssol::Slots;
 use crate::probe::symbols::View;
 use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
@@ -197,6 +198,7 @@ pub(super) fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
                 };
                 for &consumer in &c.pp.probes() {
                     st.registered.remove(&consumer.key());
+                    semaphore::lower(consumer.key());
                     failed.push((consumer, error.clone()));
                 }
                 c.pp.publish(Vec::new());
@@ -323,6 +325,7 @@ pub(super) fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(
     if consumer.is_return() {
         returnable::check(&mut st.view, addr)?;
     }
+    let counter = semaphore::locate(consumer.key(), addr, &st.view.maps(Some(addr)))?;
     let executable = st.view.mapping(addr).is_some_and(|m| m.exec);
     let live =
         |pp: &&ProbePoint| executable && (pp.queued.load(Ordering::SeqCst) || (pp.is_armed() && place::is_written(pp)));
@@ -344,6 +347,9 @@ pub(super) fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(
     let old = pp.replace(probes);
     st.batch.retired.add(old);
     st.registered.insert(consumer.key(), addr);
+    if let Some(at) = counter {
+        semaphore::raise(consumer.key(), at);
+    }
     // Like kprobes filling in `addr`: the object now says where it was placed.
     // SAFETY: the object is valid (caller) and owned by the registry until unregistered.
     unsafe { (*consumer.placement()).vaddr = addr as _ };
@@ -387,10 +393,12 @@ pub fn unregister_all(consumers: &[Consumer]) {
     }
     let mut lists: BTreeMap<usize, Vec<Consumer>> = BTreeMap::new();
     for &consumer in consumers {
+        semaphore::release(consumer.key());
         if st.pending.remove(&consumer.key()).is_some() {
             continue;
         }
         let Some(addr) = st.registered.remove(&consumer.key()) else { continue };
+        semaphore::lower(consumer.key());
         let Some(pp) = table::lookup(addr) else { continue };
         lists.entry(addr).or_insert_with(|| pp.probes()).retain(|&p| p != consumer);
     }

@@ -177,6 +177,13 @@ impl View {
         Some((module, info, bias))
     }
 
+    /// Whether `addr`, inside `f` (a function a sized symbol gives), is a USDT marker's `nop`:
+    /// a place inside a function that may take a jump (see `insn::jump::plan_at`).
+    pub fn is_marker(&mut self, addr: usize, f: &FunctionCode) -> bool {
+        let Some((_, info, bias)) = self.module_at(addr).filter(|_| !f.from_cfi) else { return false };
+        info.markers().iter().any(|m| bias.wrapping_add(m.pc as usize) == addr)
+    }
+
     /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
     pub fn symbolize(&mut self, addr: usize) -> Option<String> {
         let (module, info, bias) = self.module_at(addr)?;

@@ -11,15 +11,20 @@
 //! address where the library keeps no symbol for it), with that code's offset, size (from
 //! its FDE) and strategy.
 //!
+//! Then each USDT marker (`.note.stapsdt`) of the module: `MODULE:sdt:PROVIDER:NAME` (pastes
+//! into `-e`), the file offset of its `nop`, `-` for a size, the strategy a probe on it gets,
+//! its semaphore's file offset (or `no semaphore`) and its argument specs.
+//!
 //! Context: start-up (or attach), normal context.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::base::elf::{self, LoadedModule, ProbeSpec};
+use crate::base::elf::{self, ElfInfo, LoadedModule, ProbeSpec};
 use crate::base::sys;
 use crate::probe::place::{self, Strategy};
 use crate::probe::registry;
+use crate::probe::symbols::View;
 use crate::trace::names::{demangle, glob, without_parameters};
 use crate::trace::record;
 
@@ -83,9 +88,57 @@ pub fn list(pattern: Option<&str>, fd: i32) -> usize {
                     out.clear();
                 }
             }
+            count += markers(view, m, &info, bias, pattern, &mut out);
         }
     });
     let _ = sys::write_all(fd, out.as_bytes());
+    count
+}
+
+/// The module's USDT markers matching `pattern` (on `MODULE:sdt:PROVIDER:NAME`,
+/// `sdt:PROVIDER:NAME` or `PROVIDER:NAME`), one line each; how many.
+fn markers(
+    view: &mut View,
+    m: &LoadedModule,
+    info: &ElfInfo,
+    bias: usize,
+    pattern: Option<&str>,
+    out: &mut String,
+) -> usize {
+    let file = m.path.rsplit('/').next().unwrap_or(&m.path);
+    let mut count = 0;
+    for k in info.markers() {
+        let short = format!("sdt:{}:{}", k.provider, k.name);
+        let wanted = pattern.is_none_or(|p| {
+            glob(p, &short)
+                || glob(p, &format!("{}:{}", k.provider, k.name))
+                || glob(p, &format!("{file}:{short}"))
+                || p.find(":sdt:").is_some_and(|i| elf::module_matches(&m.path, &p[..i]) && glob(&p[i + 1..], &short))
+        });
+        if !wanted {
+            continue;
+        }
+        let strategy = match place::assess(view, bias.wrapping_add(k.pc as usize)) {
+            Ok(Strategy::Jump) => "jump".to_string(),
+            Ok(Strategy::Int3(why)) => format!("int3 ({why})"),
+            Ok(Strategy::Original) => "int3".to_string(),
+            Err(e) => format!("refused ({e})"),
+        };
+        let at = |v: u64| info.offset_of_vaddr(v).map_or("-".to_string(), |o| format!("{o:#x}"));
+        let semaphore = match k.semaphore {
+            0 => "no semaphore".to_string(),
+            s => format!("semaphore {}", at(s)),
+        };
+        let args = if k.args.is_empty() { "no arguments" } else { &k.args };
+        let _ = writeln!(
+            out,
+            "{:<48} {:>10} {:>7}  {strategy}  {semaphore}  {args}",
+            format!("{file}:{short}"),
+            at(k.pc),
+            "-"
+        );
+        count += 1;
+    }
     count
 }
 

@@ -45,6 +45,9 @@ pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
             n => return usercopy::read_u64(regs.rsp as usize + 8 * (*n as usize - 6)),
         }),
         Fetch::Immediate(v) => Some(*v),
+        Fetch::Indexed { base, index, scale } => {
+            Some(word(regs, base.0).wrapping_add(word(regs, index.0).wrapping_mul(u64::from(*scale))))
+        }
         Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => {
             usercopy::read_u64(address(f, regs, file_base)? as usize)
         }

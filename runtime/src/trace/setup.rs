@@ -19,7 +19,7 @@ use crate::base::elf::{self, ElfInfo, LoadedModule};
 use crate::base::{maps, output, sys};
 use crate::probe::symbols::View;
 use crate::probe::table::Consumer;
-use crate::probe::{deferred, registry};
+use crate::probe::{deferred, registry, semaphore};
 use crate::trace::def::{self, DefError, Definition, Kind, Place};
 use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
@@ -313,7 +313,12 @@ fn resolve(view: &mut View, modules: &[LoadedModule], d: &Definition) -> Result<
             }
             Ok(vec![(named(d.default_name(None)), None, *a as usize)])
         }
-        Place::FileOffset { path, offset } => {
+        Place::Sdt { .. } => Err(fail(
+            "a place uprobe-run has translated (a USDT marker by name is given with -e to uprobe-run, which \
+             finds it; here: PATH:OFFSET(REF_CTR_OFFSET))"
+                .into(),
+        )),
+        Place::FileOffset { path, offset, .. } => {
             let canonical = std::fs::canonicalize(path).ok().map(|p| p.display().to_string());
             let module =
                 modules.iter().find(|m| Some(&m.path) == canonical.as_ref() || elf::module_matches(&m.path, path));
@@ -502,6 +507,9 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
         for (i, ev) in events::all().iter().enumerate() {
             if ev.skipped.load(Ordering::Relaxed) {
                 continue;
+            }
+            if let Place::FileOffset { ref_ctr: Some(at), .. } = sources[targets[i].source].def.place {
+                semaphore::want(ev.key(), at);
             }
             // SAFETY: the probe objects are leaked, valid for the life of the process.
             match deferred::inside(|| unsafe { registry::register(consumer(ev)) }) {
