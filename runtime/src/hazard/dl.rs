@@ -62,6 +62,12 @@ pub fn init() {
     ACTIVE.store(1, Ordering::Release);
 }
 
+/// Whether `addr` lies in the call stub (the return address of the runtime's own `dlopen`).
+pub fn is_stub(addr: usize) -> bool {
+    let stub = STUB.load(Ordering::Acquire);
+    stub != 0 && (stub..stub + STUB_CODE.len()).contains(&addr)
+}
+
 fn real_dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
     let stub = STUB.load(Ordering::Acquire);
     // SAFETY: forwarding the caller's arguments to libc's dlopen, directly or through the
@@ -105,6 +111,16 @@ fn after_unload() {
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
+    // SAFETY: the caller's arguments, passed on (libc contract).
+    unsafe { program_dlopen(file, mode) }
+}
+
+/// The body of [`dlopen`], which the runtime's own code reaches directly (the exported
+/// name resolves to libc's in a runtime loaded into a running process: see `late`).
+///
+/// # Safety
+/// The libc contract.
+pub unsafe extern "C" fn program_dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
     let handle = real_dlopen(file, mode);
     if !handle.is_null() && follow() {
         after_load();
@@ -118,6 +134,16 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    // SAFETY: the caller's arguments, passed on (libc contract).
+    unsafe { program_dlclose(handle) }
+}
+
+/// The body of [`dlclose`], which the runtime's own code reaches directly (the exported
+/// name resolves to libc's in a runtime loaded into a running process: see `late`).
+///
+/// # Safety
+/// The libc contract.
+pub unsafe extern "C" fn program_dlclose(handle: *mut c_void) -> c_int {
     // SAFETY: forwarding the caller's handle to libc's dlclose.
     let rc = unsafe { next!(DLCLOSE, DlcloseFn)(handle) };
     if rc == 0 && follow() {

@@ -59,6 +59,10 @@ pub struct ThreadState {
     /// only (`trace::filter`; a fork's child forgets them).
     pub filter_tid: Cell<i32>,
     pub filter_comm: Cell<[u8; 16]>,
+    /// The program believes SIGTRAP blocked on this thread, and a SIGTRAP it sent itself
+    /// meanwhile waits for it to unblock (see `hazard::masks`).
+    pub trap_blocked: Cell<bool>,
+    pub trap_pending: Cell<bool>,
 }
 
 thread_local! {
@@ -78,6 +82,8 @@ thread_local! {
             own: Cell::new(false),
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
+            trap_blocked: Cell::new(false),
+            trap_pending: Cell::new(false),
         }
     };
 }
@@ -132,6 +138,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     own: Cell::new(false),
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
+    trap_blocked: Cell::new(false),
+    trap_pending: Cell::new(false),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it

@@ -1,0 +1,211 @@
+//! A runtime loaded into a running process (attach) cannot interpose anything: the program's
+//! calls were bound to libc long before. So, while an attach session runs, internal probes on
+//! the entries of libc's own functions send the program's calls to the very interposers a
+//! launched program's calls reach (`signals`, `masks`, `dl`), as a tail call: the probe's
+//! handler changes only the instruction pointer, the arguments and the return address stay
+//! the caller's. What the interposers then call in libc is the runtime's own call, which the
+//! probes let through (it comes from the runtime's code, or runs marked as inside it).
+//!
+//! | libc function | goes to | so that |
+//! |---|---|---|
+//! | `sigaction` (and `signal`, `sysv_signal`... which call it) | `signals::sigaction` | the program's SIGTRAP handler is remembered and chained, not installed; no handler mask blocks SIGTRAP; the fatal signals keep the runtime's handler |
+//! | `pthread_sigmask` (and `sigprocmask`, which calls it), `sigsuspend` | `masks` | SIGTRAP is never blocked; the program still sees it blocked |
+//! | `dlopen`, `dlclose` | `dl` | "module:symbol" probes wait for their module and are armed at its load |
+//! | `_exit` (`_Exit`) | [`quick_exit`] | the session's report comes before the process ends |
+//!
+//! The fatal signals the program leaves at their default get the runtime's handler for the
+//! session (`signals::take_over`), which reports the session before the process dies. At the
+//! session's end every internal probe is removed and the program's actions of the fatal
+//! signals go back to the kernel; in a child forked meanwhile, the same happens at once
+//! (`fork`), and every probe of the session is taken out of its code.
+//!
+//! Context: [`start`] and [`stop`] on the agent thread (normal context); the probes' handler
+//! in signal or stub context (it reads one word of the stack and sets the instruction
+//! pointer); [`forked_child`] in the child's `pthread_atfork` handler.
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, CStr};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::base::abi::{PtRegs, Uprobe};
+use crate::base::{maps, output, sys};
+use crate::hazard::endings::{self, Ending};
+use crate::hazard::{dl, masks, signals, sigtrap};
+use crate::probe::registry::{self, FOLLOWS_LOADS};
+use crate::probe::table::Consumer;
+
+/// One internal probe: where, and the interposer the program's calls go to.
+struct Internal {
+    probe: UnsafeCell<Uprobe>,
+    to: fn() -> usize,
+    /// What the process loses where the probe cannot be placed.
+    without: &'static str,
+}
+
+// SAFETY: the probe objects are written only by `start` and `stop` on the agent thread (one
+// session at a time), and read by the registry, which the C ABI lets keep a pointer to them.
+unsafe impl Sync for Internal {}
+
+const fn internal(spec: &'static CStr, to: fn() -> usize, without: &'static str) -> Internal {
+    Internal {
+        probe: UnsafeCell::new(Uprobe {
+            pid: 0,
+            vaddr: 0,
+            handler: Some(on_call),
+            registration_callback: None,
+            symbol_name: spec.as_ptr(),
+            offset: 0,
+            reserved: [core::ptr::null_mut(); 4],
+        }),
+        to,
+        without,
+    }
+}
+
+static PROBES: [Internal; 6] = [
+    internal(
+        c"libc.so.6:sigaction",
+        || signals::program_sigaction as *const () as usize,
+        "the program's sigaction(SIGTRAP) replaces the runtime's handler",
+    ),
+    internal(
+        c"libc.so.6:pthread_sigmask",
+        || masks::program_pthread_sigmask as *const () as usize,
+        "SIGTRAP blocked by the program kills it at an int3 probe",
+    ),
+    internal(
+        c"libc.so.6:sigsuspend",
+        || masks::program_sigsuspend as *const () as usize,
+        "SIGTRAP blocked by sigsuspend kills the program at an int3 probe",
+    ),
+    internal(c"libc.so.6:dlopen", || dl::program_dlopen as *const () as usize, "libraries loaded later are not seen"),
+    internal(
+        c"libc.so.6:dlclose",
+        || dl::program_dlclose as *const () as usize,
+        "libraries unloaded later are not seen",
+    ),
+    internal(c"libc.so.6:_exit", || quick_exit as *const () as usize, "an end by _exit does not report the session"),
+];
+
+/// Which of [`PROBES`] are registered (bit i for the i-th).
+static ARMED: AtomicUsize = AtomicUsize::new(0);
+/// The runtime's own mappings: calls from there are the runtime's.
+static OWN_LO: AtomicUsize = AtomicUsize::new(0);
+static OWN_HI: AtomicUsize = AtomicUsize::new(0);
+/// A session is followed.
+static ON: AtomicBool = AtomicBool::new(false);
+
+fn consumer(i: usize) -> Consumer {
+    Consumer::Uprobe(PROBES[i].probe.get())
+}
+
+/// Whether a call returning to `addr` is the runtime's own (signal-safe).
+fn own(addr: usize) -> bool {
+    (OWN_LO.load(Ordering::Relaxed)..OWN_HI.load(Ordering::Relaxed)).contains(&addr) || dl::is_stub(addr)
+}
+
+/// The internal probes' handler (signal or stub context): sends the program's call on to the
+/// interposer, as a tail call.
+///
+/// # Safety
+/// The runtime's hit paths call it with a registered probe object and the thread's registers.
+unsafe extern "C" fn on_call(u: *mut Uprobe, regs: *mut PtRegs) {
+    // SAFETY: the hit path's registers, ours until the handler returns.
+    let regs = unsafe { &mut *regs };
+    // SAFETY: at a function's entry the stack pointer points to the return address the call
+    // pushed, a mapped word of the thread's stack.
+    let caller = unsafe { *(regs.rsp as *const usize) };
+    // A child sharing the process's memory (vfork, posix_spawn) changes nothing in it.
+    if own(caller) || endings::in_vfork_child() {
+        return;
+    }
+    if let Some(p) = PROBES.iter().find(|p| p.probe.get() == u) {
+        regs.rip = (p.to)() as u64;
+    }
+}
+
+/// Where the program's `_exit` goes: the session's report, then the end `_exit` makes.
+extern "C" fn quick_exit(status: c_int) -> ! {
+    endings::end(Ending::QuickExit);
+    sys::exit_now(status)
+}
+
+/// The range of the runtime's own mappings.
+fn own_range() -> (usize, usize) {
+    let here = on_call as *const () as usize;
+    let text = sys::read_file(c"/proc/self/maps").map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let all = maps::parse(&text);
+    let Some(inode) = maps::find(&all, here).map(|m| m.inode).filter(|&i| i != 0) else { return (0, 0) };
+    let mine = all.iter().filter(|m| m.inode == inode);
+    let lo = mine.clone().map(|m| m.start).min().unwrap_or(0);
+    (lo, mine.map(|m| m.end).max().unwrap_or(0))
+}
+
+/// The start of an attach session in a runtime loaded into the running process (agent
+/// thread, marked inside the runtime, its batches served by `uprobe-run`): the process's end
+/// runs `report`, the internal probes are placed in one batch, the fatal signals get the
+/// runtime's handler. Says what cannot be followed, and why.
+pub fn start(report: fn(Ending)) {
+    let (lo, hi) = own_range();
+    OWN_LO.store(lo, Ordering::Relaxed);
+    OWN_HI.store(hi, Ordering::Relaxed);
+    endings::set_report(report);
+    signals::take_over(sigtrap::handler());
+    // The program may have replaced the runtime's SIGTRAP handler while no session ran.
+    if let Err(e) = sigtrap::install() {
+        output::message(format_args!("cannot install the SIGTRAP handler again: errno {e}"));
+    }
+    let opened = registry::open_batch();
+    let mut failed = Vec::new();
+    let mut armed = 0;
+    for i in 0..PROBES.len() {
+        // SAFETY: a static probe object, valid for the process's life.
+        match unsafe { registry::register(consumer(i)) } {
+            Ok(_) => armed |= 1 << i,
+            Err(e) => failed.push((i, e.to_string())),
+        }
+    }
+    if opened {
+        for (c, e) in registry::close_batch() {
+            if let Some(i) = (0..PROBES.len()).find(|&i| consumer(i) == c) {
+                armed &= !(1 << i);
+                failed.push((i, e.to_string()));
+            }
+        }
+    }
+    ARMED.store(armed, Ordering::SeqCst);
+    FOLLOWS_LOADS.store(armed & (1 << 3) != 0, Ordering::SeqCst);
+    ON.store(true, Ordering::SeqCst);
+    for (i, e) in failed {
+        // SAFETY: the spec is a static C string.
+        let spec = unsafe { CStr::from_ptr((*PROBES[i].probe.get()).symbol_name) }.to_string_lossy();
+        output::message(format_args!("{spec} cannot be followed in this process ({e}): {}", PROBES[i].without));
+    }
+}
+
+/// The end of the session (agent thread): the internal probes go, in one batch; the program's
+/// actions of the fatal signals go back to the kernel.
+pub fn stop() {
+    if !ON.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    FOLLOWS_LOADS.store(false, Ordering::SeqCst);
+    let armed = ARMED.swap(0, Ordering::SeqCst);
+    let consumers: Vec<Consumer> = (0..PROBES.len()).filter(|i| armed & (1 << i) != 0).map(consumer).collect();
+    registry::unregister_all(&consumers);
+    signals::give_back();
+}
+
+/// In the child of a `fork` during a session (its `pthread_atfork` handler, one thread):
+/// the child has no session, so nothing of it stays: returns true when the child's probes
+/// must be taken out of its code (see `fork`), after giving the program's signal actions
+/// back.
+pub fn forked_child() -> bool {
+    if !ON.swap(false, Ordering::SeqCst) {
+        return false;
+    }
+    FOLLOWS_LOADS.store(false, Ordering::SeqCst);
+    ARMED.store(0, Ordering::SeqCst);
+    signals::give_back();
+    true
+}
