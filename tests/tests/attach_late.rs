@@ -173,3 +173,137 @@ fn a_child_forked_during_the_session_runs_without_its_probes() {
     assert_eq!(status.code(), Some(0), "{rest:?}");
     assert!(!rest.iter().any(|l| l.contains("wrong")), "{rest:?}");
 }
+
+/// The pid, in this namespace, of the process `unshare`'s child runs.
+fn child_of(pid: u32) -> i32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    children.split_whitespace().next().expect("unshare's child").parse().unwrap()
+}
+
+/// Whether `unshare ARGS true` works here; says why not.
+fn unshare_permitted(args: &[&str]) -> Result<(), String> {
+    match std::process::Command::new("unshare").args(args).arg("true").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "unshare {} is not permitted here: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("unshare is not installed ({e})")),
+    }
+}
+
+/// The fixture started by `unshare ARGS`: in its own namespaces, its pid there 1.
+fn contained(args: &[&str], program: &str) -> Target {
+    let mut command = std::process::Command::new("unshare");
+    command.args(args).arg(program);
+    let mut target = Target::start_with(&mut command);
+    assert_eq!(target.pid, 1, "its own pid namespace");
+    target.pid = child_of(target.child.id());
+    target
+}
+
+const NAMESPACES: [&str; 6] = ["--pid", "--mount", "--net", "--ipc", "--fork", "--mount-proc"];
+
+#[test]
+fn a_process_in_its_own_pid_mount_net_and_ipc_namespaces_is_attached_from_outside() {
+    need_ptrace!();
+    let lib = late_lib();
+    let prog = late();
+    let with_user: Vec<&str> = [&["--user", "--map-root-user"][..], &NAMESPACES].concat();
+    for args in [NAMESPACES.to_vec(), with_user] {
+        if let Err(why) = unshare_permitted(&args) {
+            println!("SKIPPED: {why}");
+            continue;
+        }
+        let mut target = contained(&args, path(&prog));
+        let session = counting(target.pid, ",libattach_dl:lib_func");
+        target.send(&format!("dlopen {} 100", lib.display()));
+        assert_eq!(target.out.expect("lib_func "), "lib_func 100 times = 34950");
+        target.send("call 3");
+        target.out.expect("called 3");
+        let (status, lines) = session.end(libc::SIGINT);
+        assert_eq!(status.code(), Some(0), "{args:?}: {lines:?}");
+        assert_eq!(
+            rows(&lines),
+            vec![row("gated", 3), row("tiny", 3), row("libattach_dl:lib_func", 100)],
+            "{args:?}: {lines:?}"
+        );
+        let (status, rest) = target.finish();
+        assert_eq!(status.code(), Some(0), "{args:?}: {rest:?}");
+    }
+}
+
+/// Copies `file` into `root` at the same path, unless it is there (a file the process maps
+/// must not be rewritten under it).
+fn copy_in(root: &std::path::Path, file: &std::path::Path) {
+    let to = root.join(file.strip_prefix("/").unwrap());
+    if to.exists() {
+        return;
+    }
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::copy(file, &to).unwrap();
+}
+
+/// The libraries `ldd` says `file` needs.
+fn needed(file: &std::path::Path) -> Vec<PathBuf> {
+    let out = std::process::Command::new("ldd").arg(file).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')).map(PathBuf::from))
+        .collect()
+}
+
+#[test]
+fn a_process_with_a_root_of_its_own_is_attached_where_the_libraries_are_there_and_refused_where_not() {
+    need_ptrace!();
+    let args: Vec<&str> = NAMESPACES.to_vec();
+    if let Err(why) = unshare_permitted(&args) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    // A root of its own, as a container image has: the fixture, and what it and the runtime
+    // need (the runtime itself is loaded from a memory file, and needs no file there).
+    let root = tempfile("croot");
+    let prog = late();
+    let mut files = vec![prog.clone()];
+    files.extend(needed(&prog));
+    files.extend(needed(&artefact("libuprobe.so")));
+    for file in &files {
+        copy_in(&root, file);
+    }
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    let root_arg = format!("--root={}", root.display());
+    let args: Vec<&str> = [&args[..], &[root_arg.as_str()]].concat();
+    let mut target = contained(&args, path(&prog));
+    let count = libcount();
+    let probes = ["--handlers", path(&count), "--param", "probes=gated,tiny"];
+    // Not there: refused, the process untouched.
+    let (status, err) = attach_once(target.pid, &probes);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "uprobe-run: process {} runs in a mount namespace with a root of its own ({}): {} is not there; make it \
+             reachable at the same path inside (a bind mount, or a copy)\n",
+            target.pid,
+            root.display(),
+            count.display()
+        )
+    );
+    assert!(!target.maps().iter().any(|m| m.contains("uprobe")), "nothing loaded");
+    // A copy at the same path: attached.
+    copy_in(&root, &count);
+    for file in needed(&count) {
+        copy_in(&root, &file);
+    }
+    let session = Session::start(target.pid, &probes);
+    target.send("call 4");
+    target.out.expect("called 4");
+    let (status, lines) = session.end(libc::SIGINT);
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    assert_eq!(rows(&lines), vec![row("gated", 4), row("tiny", 4)], "{lines:?}");
+    let (status, rest) = target.finish();
+    assert_eq!(status.code(), Some(0), "{rest:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
