@@ -328,13 +328,23 @@ fn ending(_how: Ending) {
 /// ends, and the child cannot speak for it).
 extern "C" fn forked() {
     let parent = RUNNING.load(Ordering::SeqCst);
-    if parent != 0 && parent != sys::getpid() {
-        for fd in &SESSION_FDS {
-            let fd = fd.swap(-1, Ordering::SeqCst);
-            if fd >= 0 {
-                sys::close(fd);
-            }
+    if parent == 0 || parent == sys::getpid() {
+        return;
+    }
+    let (channel, out) = (SESSION_FDS[0].swap(-1, Ordering::SeqCst), SESSION_FDS[1].swap(-1, Ordering::SeqCst));
+    if out >= 0 {
+        // Nothing may write to that number once the child reuses it: the session's handlers
+        // (still probing in the child of a program started by uprobe-run) write to the
+        // process's output, and a runtime loaded by attach has none.
+        route::remove_fd(out);
+        if output::fd() == out {
+            output::set_socket(-1);
         }
+        sys::close(out);
+    }
+    hold::set_socket(-1);
+    if channel >= 0 {
+        sys::close(channel);
     }
 }
 

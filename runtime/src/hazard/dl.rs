@@ -111,16 +111,6 @@ fn after_unload() {
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
-    // SAFETY: the caller's arguments, passed on (libc contract).
-    unsafe { program_dlopen(file, mode) }
-}
-
-/// The body of [`dlopen`], which the runtime's own code reaches directly (the exported
-/// name resolves to libc's in a runtime loaded into a running process: see `late`).
-///
-/// # Safety
-/// The libc contract.
-pub unsafe extern "C" fn program_dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
     let handle = real_dlopen(file, mode);
     if !handle.is_null() && follow() {
         after_load();
@@ -134,16 +124,6 @@ pub unsafe extern "C" fn program_dlopen(file: *const c_char, mode: c_int) -> *mu
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    // SAFETY: the caller's arguments, passed on (libc contract).
-    unsafe { program_dlclose(handle) }
-}
-
-/// The body of [`dlclose`], which the runtime's own code reaches directly (the exported
-/// name resolves to libc's in a runtime loaded into a running process: see `late`).
-///
-/// # Safety
-/// The libc contract.
-pub unsafe extern "C" fn program_dlclose(handle: *mut c_void) -> c_int {
     // SAFETY: forwarding the caller's handle to libc's dlclose.
     let rc = unsafe { next!(DLCLOSE, DlcloseFn)(handle) };
     if rc == 0 && follow() {

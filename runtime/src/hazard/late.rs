@@ -24,20 +24,21 @@
 //! pointer); [`forked_child`] in the child's `pthread_atfork` handler.
 
 use core::cell::UnsafeCell;
-use core::ffi::{c_int, CStr};
+use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::base::abi::{PtRegs, Uprobe};
 use crate::base::{maps, output, sys};
 use crate::hazard::endings::{self, Ending};
-use crate::hazard::{dl, masks, signals, sigtrap};
+use crate::hazard::{dl, signals, sigtrap};
 use crate::probe::registry::{self, FOLLOWS_LOADS};
 use crate::probe::table::Consumer;
 
 /// One internal probe: where, and the interposer the program's calls go to.
 struct Internal {
     probe: UnsafeCell<Uprobe>,
-    to: fn() -> usize,
+    /// The name of the runtime's interposer the program's calls go to (None: [`quick_exit`]).
+    export: Option<&'static CStr>,
     /// What the process loses where the probe cannot be placed.
     without: &'static str,
 }
@@ -46,7 +47,7 @@ struct Internal {
 // session at a time), and read by the registry, which the C ABI lets keep a pointer to them.
 unsafe impl Sync for Internal {}
 
-const fn internal(spec: &'static CStr, to: fn() -> usize, without: &'static str) -> Internal {
+const fn internal(spec: &'static CStr, export: Option<&'static CStr>, without: &'static str) -> Internal {
     Internal {
         probe: UnsafeCell::new(Uprobe {
             pid: 0,
@@ -57,7 +58,7 @@ const fn internal(spec: &'static CStr, to: fn() -> usize, without: &'static str)
             offset: 0,
             reserved: [core::ptr::null_mut(); 4],
         }),
-        to,
+        export,
         without,
     }
 }
@@ -65,27 +66,46 @@ const fn internal(spec: &'static CStr, to: fn() -> usize, without: &'static str)
 static PROBES: [Internal; 6] = [
     internal(
         c"libc.so.6:sigaction",
-        || signals::program_sigaction as *const () as usize,
+        Some(c"sigaction"),
         "the program's sigaction(SIGTRAP) replaces the runtime's handler",
     ),
     internal(
         c"libc.so.6:pthread_sigmask",
-        || masks::program_pthread_sigmask as *const () as usize,
+        Some(c"pthread_sigmask"),
         "SIGTRAP blocked by the program kills it at an int3 probe",
     ),
     internal(
         c"libc.so.6:sigsuspend",
-        || masks::program_sigsuspend as *const () as usize,
+        Some(c"sigsuspend"),
         "SIGTRAP blocked by sigsuspend kills the program at an int3 probe",
     ),
-    internal(c"libc.so.6:dlopen", || dl::program_dlopen as *const () as usize, "libraries loaded later are not seen"),
-    internal(
-        c"libc.so.6:dlclose",
-        || dl::program_dlclose as *const () as usize,
-        "libraries unloaded later are not seen",
-    ),
-    internal(c"libc.so.6:_exit", || quick_exit as *const () as usize, "an end by _exit does not report the session"),
+    internal(c"libc.so.6:dlopen", Some(c"dlopen"), "libraries loaded later are not seen"),
+    internal(c"libc.so.6:dlclose", Some(c"dlclose"), "libraries unloaded later are not seen"),
+    internal(c"libc.so.6:_exit", None, "an end by _exit does not report the session"),
 ];
+
+/// Where each of [`PROBES`] sends the program's calls (0: nowhere yet).
+static TARGETS: [AtomicUsize; 6] = [const { AtomicUsize::new(0) }; 6];
+
+/// The runtime's own definition of the exported function `name`, looked up in the runtime
+/// itself: the name alone resolves to libc's in a runtime loaded with `dlopen`, and the
+/// compiler may fold a local function of the same body into the export.
+fn own_definition(name: &CStr) -> usize {
+    extern "C" {
+        fn dladdr1(addr: *const c_void, info: *mut libc::Dl_info, extra: *mut *mut c_void, flags: c_int) -> c_int;
+    }
+    const RTLD_DL_LINKMAP: c_int = 2;
+    // SAFETY: dladdr1 fills `info` and the link map of the object holding a code address of
+    // ours; a glibc link map is a handle dlsym takes, and searches that object first.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        let mut map: *mut c_void = core::ptr::null_mut();
+        if dladdr1(on_call as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) == 0 || map.is_null() {
+            return 0;
+        }
+        libc::dlsym(map, name.as_ptr()) as usize
+    }
+}
 
 /// Which of [`PROBES`] are registered (bit i for the i-th).
 static ARMED: AtomicUsize = AtomicUsize::new(0);
@@ -119,8 +139,11 @@ unsafe extern "C" fn on_call(u: *mut Uprobe, regs: *mut PtRegs) {
     if own(caller) || endings::in_vfork_child() {
         return;
     }
-    if let Some(p) = PROBES.iter().find(|p| p.probe.get() == u) {
-        regs.rip = (p.to)() as u64;
+    if let Some(i) = PROBES.iter().position(|p| p.probe.get() == u) {
+        let to = TARGETS[i].load(Ordering::Acquire);
+        if to != 0 {
+            regs.rip = to as u64;
+        }
     }
 }
 
@@ -159,6 +182,12 @@ pub fn start(report: fn(Ending)) {
     let mut failed = Vec::new();
     let mut armed = 0;
     for i in 0..PROBES.len() {
+        let to = PROBES[i].export.map_or(quick_exit as *const () as usize, own_definition);
+        if to == 0 || !own(to) {
+            failed.push((i, "the runtime's own definition was not found".to_string()));
+            continue;
+        }
+        TARGETS[i].store(to, Ordering::Release);
         // SAFETY: a static probe object, valid for the process's life.
         match unsafe { registry::register(consumer(i)) } {
             Ok(_) => armed |= 1 << i,

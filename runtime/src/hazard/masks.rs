@@ -112,20 +112,6 @@ pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    // SAFETY: the caller's arguments, passed on (libc contract).
-    unsafe { program_pthread_sigmask(how, set, old) }
-}
-
-/// The body of [`pthread_sigmask`], which the runtime's own code reaches directly (the exported
-/// name resolves to libc's in a runtime loaded into a running process: see `late`).
-///
-/// # Safety
-/// The libc contract.
-pub unsafe extern "C" fn program_pthread_sigmask(
-    how: c_int,
-    set: *const libc::sigset_t,
-    old: *mut libc::sigset_t,
-) -> c_int {
     mask_change(&PTHREAD_SIGMASK, how, set, old)
 }
 
@@ -136,16 +122,6 @@ pub unsafe extern "C" fn program_pthread_sigmask(
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
-    // SAFETY: the caller's arguments, passed on (libc contract).
-    unsafe { program_sigsuspend(set) }
-}
-
-/// The body of [`sigsuspend`], which the runtime's own code reaches directly (the exported
-/// name resolves to libc's in a runtime loaded into a running process: see `late`).
-///
-/// # Safety
-/// The libc contract.
-pub unsafe extern "C" fn program_sigsuspend(set: *const libc::sigset_t) -> c_int {
     let mut copy;
     let set = if sigset::active() && !set.is_null() {
         // SAFETY: `set` is valid (libc contract); a valid signal number.

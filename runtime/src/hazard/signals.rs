@@ -299,20 +299,6 @@ pub fn die_or_refault(sig: c_int, code: c_int) {
 /// The libc contract.
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    // SAFETY: the caller's arguments, passed on (libc contract).
-    unsafe { program_sigaction(sig, act, old) }
-}
-
-/// The body of [`sigaction`], which the runtime's own code reaches directly (the exported
-/// name resolves to libc's in a runtime loaded into a running process: see `late`).
-///
-/// # Safety
-/// The libc contract.
-pub unsafe extern "C" fn program_sigaction(
-    sig: c_int,
-    act: *const libc::sigaction,
-    old: *mut libc::sigaction,
-) -> c_int {
     // SAFETY: null or valid sigaction structs (libc contract).
     let (act, old) = unsafe { (act.as_ref(), old.as_mut()) };
     if !sigset::active() || !(1..=64).contains(&sig) || sig == libc::SIGKILL || sig == libc::SIGSTOP {
