@@ -153,15 +153,14 @@ extern "C" fn quick_exit(status: c_int) -> ! {
     sys::exit_now(status)
 }
 
-/// The range of the runtime's own mappings.
+/// The range of the runtime's own mappings (those of its file, by inode and path).
 fn own_range() -> (usize, usize) {
     let here = on_call as *const () as usize;
-    let text = sys::read_file(c"/proc/self/maps").map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-    let all = maps::parse(&text);
-    let Some(inode) = maps::find(&all, here).map(|m| m.inode).filter(|&i| i != 0) else { return (0, 0) };
-    let mine = all.iter().filter(|m| m.inode == inode);
+    let all = maps::current();
+    let Some(me) = maps::find(&all, here).filter(|m| m.inode != 0) else { return (0, 0) };
+    let mine = all.iter().filter(|m| m.inode == me.inode && m.path == me.path);
     let lo = mine.clone().map(|m| m.start).min().unwrap_or(0);
-    (lo, mine.map(|m| m.end).max().unwrap_or(0))
+    (lo as usize, mine.map(|m| m.end).max().unwrap_or(0) as usize)
 }
 
 /// The start of an attach session in a runtime loaded into the running process (agent
