@@ -11,7 +11,7 @@
 //! | `sigaction` (and `signal`, `sysv_signal`... which call it) | `signals::sigaction` | the program's SIGTRAP handler is remembered and chained, not installed; no handler mask blocks SIGTRAP; the fatal signals keep the runtime's handler |
 //! | `pthread_sigmask` (and `sigprocmask`, which calls it), `sigsuspend` | `masks` | SIGTRAP is never blocked; the program still sees it blocked |
 //! | `dlopen`, `dlclose` | `dl` | "module:symbol" probes wait for their module and are armed at its load |
-//! | `_exit` (`_Exit`) | [`quick_exit`] | the session's report comes before the process ends |
+//! | `_exit` (`_Exit`) | `quick_exit` here | the session's report comes before the process ends |
 //!
 //! The fatal signals the program leaves at their default get the runtime's handler for the
 //! session (`signals::take_over`), which reports the session before the process dies. At the
