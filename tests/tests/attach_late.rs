@@ -66,39 +66,35 @@ fn a_library_loaded_after_the_attach_is_probed_from_its_dlopen() {
     assert_eq!(status.code(), Some(0));
 }
 
-#[test]
-fn an_end_by_exit_underscore_still_gives_the_session_its_report() {
-    need_ptrace!();
+/// A session on the fixture, which makes `calls` calls and then `ending`: the process's exit
+/// status, and the session's table, which must come all the same (before: none, and
+/// "ended without the handlers' uprobe_exit").
+fn session_through_the_end(calls: u64, ending: &str) -> std::process::ExitStatus {
     let mut target = Target::start(&late(), &[]);
     let pid = target.pid;
     let mut session = counting(pid, "");
-    target.send("call 4");
-    target.out.expect("called 4");
-    target.send("_exit 5");
-    let status = target.child.wait().unwrap();
-    assert_eq!(status.code(), Some(5));
+    target.send(&format!("call {calls}"));
+    target.out.expect(&format!("called {calls}"));
+    target.send(ending);
+    let ended = target.child.wait().unwrap();
     let (status, lines) = session.wait();
     assert_eq!(status.code(), Some(0), "{lines:?}");
-    // Before: no table, "ended without the handlers' uprobe_exit".
-    assert_eq!(rows(&lines), vec![row("gated", 4), row("tiny", 4)], "{lines:?}");
+    assert_eq!(rows(&lines), vec![row("gated", calls), row("tiny", calls)], "{ending}: {lines:?}");
     assert_eq!(session.own_lines().last().unwrap(), &format!("uprobe-run: process {pid} exited"));
+    ended
+}
+
+#[test]
+fn an_end_by_exit_underscore_still_gives_the_session_its_report() {
+    need_ptrace!();
+    assert_eq!(session_through_the_end(4, "_exit 5").code(), Some(5));
 }
 
 #[test]
 fn a_process_killed_by_sigsegv_still_gives_the_session_its_report() {
     need_ptrace!();
-    let mut target = Target::start(&late(), &[]);
-    let pid = target.pid;
-    let mut session = counting(pid, "");
-    target.send("call 2");
-    target.out.expect("called 2");
-    target.send("segv");
-    let status = target.child.wait().unwrap();
+    let status = session_through_the_end(2, "segv");
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGSEGV));
-    let (status, lines) = session.wait();
-    assert_eq!(status.code(), Some(0), "{lines:?}");
-    assert_eq!(rows(&lines), vec![row("gated", 2), row("tiny", 2)], "{lines:?}");
-    assert_eq!(session.own_lines().last().unwrap(), &format!("uprobe-run: process {pid} exited"));
 }
 
 #[test]
