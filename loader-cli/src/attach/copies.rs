@@ -49,6 +49,36 @@ pub fn for_session(pid: i32, maps: &[Mapping], handlers: &[PathBuf]) -> Result<(
     Ok((paths, copies))
 }
 
+/// Checks that the process finds each of `handlers` (absolute paths) as the same file inside
+/// its root (that file, or a copy of it), where the session's agent loads them: a process in
+/// a mount namespace with a
+/// root of its own (a container) sees other files, or none, at the same paths. (The runtime
+/// itself needs no file there: see `load`.)
+pub fn check_reachable(pid: i32, handlers: &[PathBuf]) -> Result<(), AttachError> {
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let id = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    if id(&root).ok() == id(Path::new("/")).ok() {
+        return Ok(());
+    }
+    for library in handlers {
+        let inside = root.join(library.strip_prefix("/").unwrap_or(library));
+        let what = match (id(&inside), id(library)) {
+            (Ok(a), Ok(b)) if a == b => continue,
+            // A copy of it will do.
+            (Ok(_), _)
+                if fs::read(&inside).ok().is_some_and(|bytes| fs::read(library).is_ok_and(|ours| ours == bytes)) =>
+            {
+                continue
+            }
+            (Ok(_), _) => "another file",
+            (Err(_), _) => "not",
+        };
+        let shown = fs::read_link(&root).unwrap_or(root);
+        return Err(AttachError::NotInRoot { pid, root: shown, library: library.clone(), what });
+    }
+    Ok(())
+}
+
 /// Whether `file` is mapped in the process: same inode, and the same file by path.
 fn mapped(maps: &[Mapping], file: &Path) -> bool {
     let Ok(meta) = fs::metadata(file) else { return false };

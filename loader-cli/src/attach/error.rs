@@ -12,6 +12,13 @@ use crate::base::error::describe;
 pub enum AttachError {
     #[error("{}: cannot copy it to {} for the session (the process has loaded it already): {}", .path.display(), .copy.display(), crate::base::error::describe(.source))]
     Copy { path: std::path::PathBuf, copy: std::path::PathBuf, source: std::io::Error },
+    #[error(
+        "process {pid} runs in a mount namespace with a root of its own ({}): {} is {what} there; make it \
+         reachable at the same path inside (a bind mount, or a copy)",
+        .root.display(),
+        .library.display()
+    )]
+    NotInRoot { pid: i32, root: PathBuf, library: PathBuf, what: &'static str },
     #[error("nothing to do: give a handler library (--handlers LIB.so) to run in process {pid}")]
     NothingToDo { pid: i32 },
     #[error("process {0}: no such process")]

@@ -105,6 +105,7 @@ fn attach(request: Request) -> Result<i32, AttachError> {
     let mut request = request;
     let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
+    copies::check_reachable(target.pid, &request.handlers)?;
     let out = session::Output::open(request.output.as_deref())?;
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
@@ -188,7 +189,7 @@ fn pick_thread(
 
 /// The run-time address of function `name` of the file mapped at `first`.
 fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<Option<u64>, AttachError> {
-    let file = target.file(&first.path);
+    let file = target.file(first);
     let found = symbols::lookup(&file, name).map_err(|e| target.changed().unwrap_or(e))?;
     Ok(found.map(|(value, base)| symbols::runtime_address(first, value, base)))
 }
@@ -203,7 +204,7 @@ fn loaded_runtime<'a>(
     ours: &'a [u8],
 ) -> Result<(PathBuf, Cow<'a, [u8]>), AttachError> {
     if first.path != format!("{} (deleted)", target::MEMFD_PREFIX) {
-        let file = target.file(&first.path);
+        let file = target.file(first);
         let bytes = std::fs::read(&file)
             .map_err(|source| target.changed().unwrap_or(AttachError::Read { path: file.clone(), source }))?;
         return Ok((file, Cow::Owned(bytes)));
@@ -229,7 +230,7 @@ fn loaded_runtime<'a>(
 
 /// Where `__restore_rt` (the signal return) is in the process's C library.
 fn restorer(target: &Target, libc: &Mapping) -> Result<u64, AttachError> {
-    let file = target.file(&libc.path);
+    let file = target.file(libc);
     let found = symbols::find_code(&file, &inject::RESTORER_BYTES).map_err(|e| target.changed().unwrap_or(e))?;
     let (value, base) = found.ok_or_else(|| AttachError::LoadFailed {
         pid: target.pid,

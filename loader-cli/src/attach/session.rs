@@ -372,8 +372,8 @@ impl Session {
             }
             Some(_) if exiting => eprintln!("uprobe-run: process {pid} exited"),
             Some(_) => eprintln!(
-                "uprobe-run: process {pid} ended without the handlers' uprobe_exit: killed by a signal, or ended by \
-                 _exit (an attached runtime takes over neither)"
+                "uprobe-run: process {pid} ended without the handlers' uprobe_exit: killed by SIGKILL, or ended by \
+                 a raw exit_group system call"
             ),
             None => {
                 eprintln!("uprobe-run: process {pid}: the runtime's agent ended without detaching");

@@ -233,10 +233,17 @@ impl Target {
             .collect()
     }
 
-    /// A path to a file mapped in the process, as uprobe-run can open it (through the
-    /// process's root, which may be another mount namespace's).
-    pub fn file(&self, path: &str) -> PathBuf {
-        proc_path(self.pid, "root").join(path.trim_start_matches('/'))
+    /// A path to the file mapped at `m`, as uprobe-run can open it: the first of the mapping
+    /// itself (`/proc/PID/map_files`, which needs privilege), its path through the process's
+    /// root (a mount namespace with a root of its own shows its own paths) and its path as the
+    /// maps file shows it (a root inside ours, as `chroot` makes, shows ours) that is the
+    /// mapped file (its inode).
+    pub fn file(&self, m: &Mapping) -> PathBuf {
+        let through_root = proc_path(self.pid, "root").join(m.path.trim_start_matches('/'));
+        let mapping = proc_path(self.pid, &format!("map_files/{:x}-{:x}", m.start, m.end));
+        let is_it =
+            |p: &PathBuf| fs::metadata(p).is_ok_and(|meta| std::os::unix::fs::MetadataExt::ino(&meta) == m.inode);
+        [mapping, through_root.clone(), PathBuf::from(&m.path)].into_iter().find(is_it).unwrap_or(through_root)
     }
 
     /// The process's threads now.

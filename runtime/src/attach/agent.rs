@@ -27,6 +27,8 @@ use crate::attach::wire::{FromAgent, ToAgent};
 use crate::base::spec::{self, Spec};
 use crate::base::sys::{self, Errno};
 use crate::base::{output, params, route, socket};
+use crate::hazard::endings::Ending;
+use crate::hazard::late;
 use crate::insn::vector;
 use crate::probe::{deferred, registry, world};
 
@@ -36,6 +38,12 @@ static RUNNING: AtomicI32 = AtomicI32::new(0);
 static EXIT_EVENT: AtomicI32 = AtomicI32::new(-1);
 /// Set by the agent when the libraries' exits ran for `at_exit`.
 static EXIT_DONE: AtomicU32 = AtomicU32::new(0);
+/// The process that ran the session's end already (the end comes once: `exit` ends in
+/// `_exit`, which reports too in a runtime loaded by attach).
+static ENDED: AtomicI32 = AtomicI32::new(0);
+/// The session's descriptors (its channel and its output), for a child forked meanwhile to
+/// close: the session is its parent's alone.
+static SESSION_FDS: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
 /// How long the exiting thread waits for the agent.
 const EXIT_WAIT_NS: u64 = 2_000_000_000;
 
@@ -106,8 +114,12 @@ fn spawn(channel: Channel, theirs: i32, preloaded: bool) -> Result<(), StartErro
     if EXIT_EVENT.load(Ordering::SeqCst) < 0 {
         let event = socket::eventfd().map_err(StartError::Sys)?;
         EXIT_EVENT.store(event, Ordering::SeqCst);
-        // SAFETY: at_exit is an extern "C" fn() in this library, which is never unloaded.
-        unsafe { libc::atexit(at_exit) };
+        // SAFETY: at_exit and forked are extern "C" fn() in this library, which is never
+        // unloaded.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(forked));
+        }
     }
     let spawned =
         std::thread::Builder::new().name("uprobe-agent".into()).spawn(move || run(channel, theirs, preloaded));
@@ -213,7 +225,14 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
         if spec.options.full_vector_state && !vector::save_full_state() {
             output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));
         }
+        SESSION_FDS[0].store(channel.fd, Ordering::SeqCst);
+        SESSION_FDS[1].store(out, Ordering::SeqCst);
+        if !preloaded {
+            late::start(ending);
+        }
         serve(&channel, Session::new(spec, out));
+        // Gone with the session's probes already (`Session::exit`), unless it never loaded.
+        late::stop();
         world::remove(tid);
         output::set_waiter(0);
         hold::set_socket(-1);
@@ -221,6 +240,9 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
         route::remove_fd(out);
         if !preloaded {
             output::set_socket(-1);
+        }
+        for fd in &SESSION_FDS {
+            fd.store(-1, Ordering::SeqCst);
         }
         sys::close(out);
     }
@@ -296,13 +318,44 @@ extern "C" fn at_exit() {
     process_ends();
 }
 
+/// The process's end in a runtime loaded by attach (`hazard::late`: `_exit`, fatal signals).
+fn ending(_how: Ending) {
+    process_ends();
+}
+
+/// Registered with `pthread_atfork` at the first attach: a child forked during a session
+/// closes the session's descriptors (uprobe-run sees the process's end when the process
+/// ends, and the child cannot speak for it).
+extern "C" fn forked() {
+    let parent = RUNNING.load(Ordering::SeqCst);
+    if parent == 0 || parent == sys::getpid() {
+        return;
+    }
+    let (channel, out) = (SESSION_FDS[0].swap(-1, Ordering::SeqCst), SESSION_FDS[1].swap(-1, Ordering::SeqCst));
+    if out >= 0 {
+        // Nothing may write to that number once the child reuses it: the session's handlers
+        // (still probing in the child of a program started by uprobe-run) write to the
+        // process's output, and a runtime loaded by attach has none.
+        route::remove_fd(out);
+        if output::fd() == out {
+            output::set_socket(-1);
+        }
+        sys::close(out);
+    }
+    hold::set_socket(-1);
+    if channel >= 0 {
+        sys::close(channel);
+    }
+}
+
 /// The process is ending (exit, or, in a process uprobe-run started, any ending it reports:
 /// `api::ending`) with a session on, so the agent runs the session's `uprobe_exit` (their
 /// output reaches the session) before the process goes; this thread waits for it, for a
 /// bounded time. Raw system calls only: this may run in a fatal signal's handler.
 pub fn process_ends() {
     let event = EXIT_EVENT.load(Ordering::SeqCst);
-    if event < 0 || RUNNING.load(Ordering::SeqCst) != sys::getpid() {
+    let me = sys::getpid();
+    if event < 0 || RUNNING.load(Ordering::SeqCst) != me || ENDED.swap(me, Ordering::SeqCst) == me {
         return;
     }
     EXIT_DONE.store(0, Ordering::SeqCst);

@@ -17,6 +17,7 @@ use libloading::os::unix::{Library, Symbol, RTLD_NOW};
 use crate::base::spec::{Options, Spec};
 use crate::base::{maps, output, route, sys};
 use crate::hazard::guard::{self, Escape};
+use crate::hazard::late;
 use crate::probe::table::{self, Consumer};
 use crate::probe::{deferred, lifecycle, owners, place, registry};
 
@@ -162,7 +163,7 @@ impl Session {
     }
 
     /// Runs the libraries' `uprobe_exit` (last loaded first) and removes every probe they own,
-    /// in one batch; returns how many probes were removed.
+    /// with the session's internal probes, in one batch; returns how many probes were removed.
     pub fn exit(&mut self) -> usize {
         // Probes in libraries the program unloaded meanwhile have no code to restore (a runtime
         // loaded late does not see dlclose happen).
@@ -178,6 +179,9 @@ impl Session {
                     }
                 }
                 registry::unregister_all(&self.owned());
+                // The internal probes that followed the program for the session go in the
+                // same batch (a runtime loaded by attach: `hazard::late`).
+                late::stop();
             })
         });
         // Unregistered, and a grace period passed: their fault messages are not needed.

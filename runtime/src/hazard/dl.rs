@@ -62,6 +62,12 @@ pub fn init() {
     ACTIVE.store(1, Ordering::Release);
 }
 
+/// Whether `addr` lies in the call stub (the return address of the runtime's own `dlopen`).
+pub fn is_stub(addr: usize) -> bool {
+    let stub = STUB.load(Ordering::Acquire);
+    stub != 0 && (stub..stub + STUB_CODE.len()).contains(&addr)
+}
+
 fn real_dlopen(file: *const c_char, mode: c_int) -> *mut c_void {
     let stub = STUB.load(Ordering::Acquire);
     // SAFETY: forwarding the caller's arguments to libc's dlopen, directly or through the

@@ -85,6 +85,13 @@ pub fn init(report: fn(Ending)) {
     }
 }
 
+/// A runtime loaded into a running process (attach): the report to run at the process's end
+/// while a session is on, unless one is installed already (the runtime was preloaded).
+pub fn set_report(report: fn(Ending)) {
+    let _ = REPORT.compare_exchange(0, report as usize, Ordering::AcqRel, Ordering::Acquire);
+    note_pid();
+}
+
 /// Remembers the process's id (start-up, and the child of `fork`).
 pub fn note_pid() {
     PID.store(sys::getpid(), Ordering::Relaxed);

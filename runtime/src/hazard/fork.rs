@@ -11,7 +11,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::{alloc, disable, output};
-use crate::hazard::endings;
+use crate::hazard::{endings, late};
 use crate::probe::{lifecycle, rcu, thread};
 
 static NO_FOLLOW: AtomicBool = AtomicBool::new(false);
@@ -45,10 +45,13 @@ extern "C" fn child() {
     output::after_fork();
     if LOCKED.with(|l| l.replace(false)) {
         alloc::fork_unlock();
-        let disarm = NO_FOLLOW.load(Ordering::Relaxed);
-        if disarm {
+        let no_follow = NO_FOLLOW.load(Ordering::Relaxed);
+        if no_follow {
             disable::disable(disable::Reason::ForkedChild);
         }
+        // A child forked during an attach session of a runtime loaded into the running
+        // process has no session: its probes go at once (`late`).
+        let disarm = late::forked_child() || no_follow;
         // Read-side sections of the parent's other threads were copied half-done and will
         // never end here: forget them, or the child's first unregister would wait for them
         // forever. (A fork from inside a handler keeps its own section, which is still open.)

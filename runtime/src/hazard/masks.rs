@@ -8,11 +8,13 @@
 //! Context: the interposers run as the program's calls (normal context or its signal
 //! handlers); [`trap_blocked`] and [`hold_trap`] in the SIGTRAP handler.
 
-use core::cell::Cell;
 use core::ffi::c_int;
 
+use crate::base::stats::Call;
+use crate::base::sys;
 use crate::hazard::interpose::{next, Next};
 use crate::hazard::sigset::{self, bits, set_of, TRAP_BIT};
+use crate::probe::thread;
 
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 type SuspendFn = unsafe extern "C" fn(*const libc::sigset_t) -> c_int;
@@ -20,13 +22,6 @@ type SuspendFn = unsafe extern "C" fn(*const libc::sigset_t) -> c_int;
 static SIGPROCMASK: Next = Next::new(c"sigprocmask");
 static PTHREAD_SIGMASK: Next = Next::new(c"pthread_sigmask");
 static SIGSUSPEND: Next = Next::new(c"sigsuspend");
-
-thread_local! {
-    /// The program believes SIGTRAP blocked on this thread.
-    static TRAP_BLOCKED: Cell<bool> = const { Cell::new(false) };
-    /// A SIGTRAP the program sent while it believed it blocked, to deliver at unblocking.
-    static TRAP_PENDING: Cell<bool> = const { Cell::new(false) };
-}
 
 /// Start-up: looks the real functions up, and unblocks SIGTRAP: blocked since before exec,
 /// it would turn the first probe hit into death.
@@ -40,32 +35,34 @@ pub fn init() {
     if sigset::real_pthread_sigmask(libc::SIG_UNBLOCK, Some(&unblock), Some(&mut old)) == 0
         && bits(&old) & TRAP_BIT != 0
     {
-        TRAP_BLOCKED.with(|b| b.set(true));
+        thread::current().trap_blocked.set(true);
     }
 }
 
 /// Whether the program believes SIGTRAP blocked on the calling thread (signal-safe).
 pub fn trap_blocked() -> bool {
-    // A runtime loaded by attach interposes nothing, and its thread-local storage is out of
-    // reach in signal context (see `probe::thread`): the program's masks are its own.
-    !crate::probe::thread::pooled_states() && TRAP_BLOCKED.with(Cell::get)
+    thread::current().trap_blocked.get()
 }
 
 /// Holds a SIGTRAP the program sent while it believes it blocked (signal-safe).
 pub fn hold_trap() {
-    TRAP_PENDING.with(|p| p.set(true));
+    thread::current().trap_pending.set(true);
 }
 
 /// A mask change of the program: SIGTRAP stays deliverable, the program's view is kept.
 fn mask_change(real: &Next, how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
     let call = |set: *const libc::sigset_t| {
+        if thread::pooled_states() {
+            return raw_sigmask(how, set, old);
+        }
         // SAFETY: forwarding null or valid sets to the libc function of the same signature.
         unsafe { next!(real, MaskFn)(how, set, old) }
     };
     if !sigset::active() {
         return call(set);
     }
-    let was = TRAP_BLOCKED.with(Cell::get);
+    let t = thread::current();
+    let was = t.trap_blocked.get();
     let mut copy;
     let mut now = was;
     let set = if set.is_null() {
@@ -92,8 +89,8 @@ fn mask_change(real: &Next, how: c_int, set: *const libc::sigset_t, old: *mut li
         // SAFETY: `old` is valid and was filled in.
         unsafe { libc::sigaddset(old, libc::SIGTRAP) };
     }
-    TRAP_BLOCKED.with(|b| b.set(now));
-    if was && !now && TRAP_PENDING.with(|p| p.replace(false)) {
+    t.trap_blocked.set(now);
+    if was && !now && t.trap_pending.replace(false) {
         // SAFETY: raise is async-signal-safe; the program's handler now gets its signal.
         unsafe { libc::raise(libc::SIGTRAP) };
     }
@@ -136,6 +133,40 @@ pub unsafe extern "C" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
     } else {
         set
     };
+    if thread::pooled_states() && !set.is_null() {
+        return raw_sigsuspend(set);
+    }
     // SAFETY: forwarding a null or valid set.
     unsafe { next!(SIGSUSPEND, SuspendFn)(set) }
+}
+
+// A runtime loaded into a running process reaches these interposers through internal probes
+// on libc's own functions (see `late`): calling those functions from here would meet the
+// probes again, so it makes the system calls glibc makes, as glibc makes them.
+
+/// glibc's `pthread_sigmask`: its two internal signals (SIGCANCEL, SIGSETXID) never blocked,
+/// the errno returned.
+fn raw_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+    let internal = sigset::bit(32) | sigset::bit(33);
+    // SAFETY: `set` is null or valid (libc contract).
+    let copy = unsafe { set.as_ref() }.map(|s| bits(s) & !internal);
+    let set = copy.as_ref().map_or(0, |c| c as *const u64 as usize);
+    let args = [how as usize, set, old as usize, 8, 0, 0];
+    // SAFETY: rt_sigprocmask reads one 8-byte set (a live local, or none) and writes the
+    // caller's sigset_t (valid or null, libc contract), whose first 8 bytes are the kernel's.
+    match unsafe { sys::call(Call::Other, libc::SYS_rt_sigprocmask, args) } {
+        Ok(_) => 0,
+        Err(e) => e,
+    }
+}
+
+/// glibc's `sigsuspend`: -1 with errno set (EINTR once a handler ran).
+fn raw_sigsuspend(set: *const libc::sigset_t) -> c_int {
+    // SAFETY: `set` is valid (libc contract).
+    let mask = bits(unsafe { &*set });
+    let args = [&mask as *const u64 as usize, 8, 0, 0, 0, 0];
+    // SAFETY: rt_sigsuspend reads one 8-byte set, a live local.
+    let e = unsafe { sys::call(Call::Other, libc::SYS_rt_sigsuspend, args) }.err().unwrap_or(libc::EINTR);
+    thread::current().set_errno(e);
+    -1
 }

@@ -14,7 +14,9 @@
 //! - [`fds`]: keeping the output's descriptor in programs that close every descriptor;
 //! - [`environ`]: the environment, edited in place (a program may define `unsetenv` itself);
 //! - [`unwind`]: the unwinder, `backtrace` and `pthread_exit` meeting return-probed frames;
-//! - [`interpose`]: finding the functions the interposers stand in for.
+//! - [`interpose`]: finding the functions the interposers stand in for;
+//! - [`late`]: a runtime loaded into a running process, whose internal probes on libc's
+//!   functions send the program's calls to the same interposers during an attach session.
 //!
 //! Context: the interposers run as the program's own calls (normal context, or the program's
 //! signal handlers); `sigtrap`, `signals::foreign_trap` and the fault handler run in signal
@@ -37,6 +39,8 @@ pub mod fork;
 pub mod guard;
 #[allow(unsafe_code)]
 pub mod interpose;
+#[allow(unsafe_code)]
+pub mod late;
 #[allow(unsafe_code)]
 pub mod masks;
 #[allow(unsafe_code)]

@@ -147,6 +147,46 @@ pub fn init(endings: bool) {
     sigset::activate();
 }
 
+/// A runtime loaded into a running process, at the start of an attach session: stands in
+/// front of the program's SIGSEGV/SIGBUS and fatal signals as at start-up (their handlers
+/// report the session before the process dies), taking the program's actions from the
+/// kernel where they are not the runtime's (changed while no session ran). `trap`: the
+/// runtime's SIGTRAP handler; a SIGTRAP action that is not it becomes the program's.
+pub fn take_over(trap: usize) {
+    for sig in 1..=64 {
+        let Some(role) = role(sig) else { continue };
+        // SAFETY: a zeroed sigaction is valid output space.
+        let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+        if real_sigaction(sig, None, Some(&mut old)) != 0 {
+            continue;
+        }
+        let ours = match role {
+            Role::Trap => trap,
+            Role::Fault => on_fault as *const () as usize,
+            Role::Fatal => endings::on_fatal as *const () as usize,
+        };
+        if old.sa_sigaction != ours {
+            ACTIONS[sig as usize].store(&old);
+            if role != Role::Trap {
+                install(sig);
+            }
+        }
+    }
+}
+
+/// The end of an attach session: the program's own actions go back to the kernel for the
+/// fatal signals (SIGTRAP, SIGSEGV and SIGBUS keep the runtime's handlers, which pass on
+/// what is not theirs).
+pub fn give_back() {
+    for sig in endings::FATAL {
+        let program = &ACTIONS[sig as usize];
+        // SAFETY: a zeroed sigaction is valid; handler, flags and mask are set below.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        program.load_into(&mut sa);
+        real_sigaction(sig, Some(&sa), None);
+    }
+}
+
 /// Calls the program's handler `handler` as its flags say (signal context).
 ///
 /// # Safety

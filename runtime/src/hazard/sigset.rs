@@ -5,6 +5,7 @@ use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::hazard::interpose::{next, Next};
+use crate::probe::{deferred, thread};
 
 type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
@@ -58,7 +59,7 @@ pub fn real_sigaction(sig: c_int, act: Option<&libc::sigaction>, old: Option<&mu
     let act = act.map_or(core::ptr::null(), |a| a as *const libc::sigaction);
     let old = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigaction);
     // SAFETY: forwarding pointers that are null or valid sigaction structs.
-    unsafe { next!(SIGACTION, SigactionFn)(sig, act, old) }
+    own_call(|| unsafe { next!(SIGACTION, SigactionFn)(sig, act, old) })
 }
 
 /// The libc `pthread_sigmask` the program would have called.
@@ -66,7 +67,18 @@ pub fn real_pthread_sigmask(how: c_int, set: Option<&libc::sigset_t>, old: Optio
     let set = set.map_or(core::ptr::null(), |s| s as *const libc::sigset_t);
     let old = old.map_or(core::ptr::null_mut(), |o| o as *mut libc::sigset_t);
     // SAFETY: as above, for sigset_t.
-    unsafe { next!(PTHREAD_SIGMASK, MaskFn)(how, set, old) }
+    own_call(|| unsafe { next!(PTHREAD_SIGMASK, MaskFn)(how, set, old) })
+}
+
+/// Runs `f`, a call of the runtime's own into libc: in a runtime loaded into a running
+/// process, libc's signal functions carry internal probes that send the program's calls to
+/// the interposers (see `late`); the runtime's own calls must pass them unseen.
+fn own_call<R>(f: impl FnOnce() -> R) -> R {
+    if thread::pooled_states() {
+        deferred::inside(f)
+    } else {
+        f()
+    }
 }
 
 /// Gives `sig` its default action in the kernel.

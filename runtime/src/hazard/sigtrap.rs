@@ -31,6 +31,11 @@ pub fn install() -> Result<(), sys::Errno> {
     Ok(())
 }
 
+/// The address of the runtime's SIGTRAP handler, to tell it from another.
+pub fn handler() -> usize {
+    on_sigtrap as *const () as usize
+}
+
 /// The SIGTRAP handler (signal context).
 extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the

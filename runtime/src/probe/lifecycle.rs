@@ -174,4 +174,9 @@ pub fn fork_child(disarm: bool) {
         c.pp.replace(Vec::new()).leak();
     }
     st.registered.clear();
+    // Probes that wait for their module would be armed by a later session here: theirs
+    // belonged to a session the child does not have (a runtime loaded by attach).
+    if crate::probe::thread::pooled_states() {
+        st.pending.clear();
+    }
 }

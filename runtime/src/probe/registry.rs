@@ -34,6 +34,9 @@ use crate::probe::thread;
 
 /// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
 pub static VERBOSE: AtomicBool = AtomicBool::new(false);
+/// Libraries loaded later are seen (a runtime loaded into a running process follows `dlopen`
+/// only during an attach session): "module:symbol" probes may wait for their module.
+pub static FOLLOWS_LOADS: AtomicBool = AtomicBool::new(false);
 
 /// A front-end's hook, told (under the registry lock) each time a probe waiting for its module
 /// is placed: `fn(probe object key, address)`. 0: none.
@@ -268,9 +271,11 @@ pub unsafe fn register(consumer: Consumer) -> Result<usize, RegisterError> {
         Where::Symbol(name, offset) => match elf::parse_spec(&name) {
             Err(e) => Err(RegisterError::BadSpec(name.clone(), e)),
             Ok(spec) => match resolve_within(&mut st.view, &spec, offset) {
-                // A runtime loaded into a running process sees no later dlopen: the probe
-                // would wait forever.
-                Err(RegisterError::UnknownModule { module, symbol }) if thread::pooled_states() => {
+                // A runtime loaded into a running process sees a later dlopen only while an
+                // attach session follows the loads (`hazard::late`): else it would wait forever.
+                Err(RegisterError::UnknownModule { module, symbol })
+                    if thread::pooled_states() && !FOLLOWS_LOADS.load(Ordering::SeqCst) =>
+                {
                     Err(RegisterError::ModuleNotLoadedNow { module, symbol })
                 }
                 // Armed when the module is loaded (`pending`); 0 says so to the caller.

@@ -69,6 +69,10 @@ pub struct ThreadState {
     /// The thread's trace ring (`trace::buffers`' word: 0 until its first record), kept
     /// here for the same reason.
     pub ring: Cell<u32>,
+    /// The program believes SIGTRAP blocked on this thread, and a SIGTRAP it sent itself
+    /// meanwhile waits for it to unblock (see `hazard::masks`).
+    pub trap_blocked: Cell<bool>,
+    pub trap_pending: Cell<bool>,
 }
 
 thread_local! {
@@ -90,6 +94,8 @@ thread_local! {
             filter_comm: Cell::new([0; 16]),
             block: Cell::new(0),
             ring: Cell::new(0),
+            trap_blocked: Cell::new(false),
+            trap_pending: Cell::new(false),
         }
     };
 }
@@ -181,6 +187,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     filter_comm: Cell::new([0; 16]),
     block: Cell::new(0),
     ring: Cell::new(0),
+    trap_blocked: Cell::new(false),
+    trap_pending: Cell::new(false),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it
