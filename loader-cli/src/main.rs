@@ -41,7 +41,7 @@ fn main() {
 }
 
 fn run() -> Result<Infallible, Error> {
-    let cli = Cli::from_args()?;
+    let mut cli = Cli::from_args()?;
     if cli.version {
         let (path, origin) = runtime::locate()?;
         println!("uprobe-run {}", env!("CARGO_PKG_VERSION"));
@@ -80,73 +80,41 @@ fn run() -> Result<Infallible, Error> {
     for param in &cli.params {
         config::check_param(param).map_err(|reason| Error::Param { param: param.clone(), reason })?;
     }
-    handlers.extend(cli.handlers);
-    params.extend(cli.params);
-    let output = cli.output.or(output);
+    handlers.extend(cli.handlers.clone());
+    params.extend(cli.params.clone());
+    let output = cli.output.clone().or(output);
 
-    if let Some(pid) = cli.pid {
-        for (given, option) in [
-            (!cli.events.is_empty(), "-e"),
-            (!cli.event_files.is_empty(), "--events"),
-            (!cli.filters.is_empty(), "--filter"),
-            (cli.max_events.is_some(), "--max-events"),
-            (!cli.triggers.is_empty(), "--trigger"),
-            (cli.list, "--list"),
-            (cli.format.is_some(), "--format"),
-            (cli.buffer_size.is_some(), "--buffer-size"),
-            (!aggregation.is_empty(), "--count/--hist/--lhist/--latency"),
-        ] {
-            if given {
-                return Err(Error::NotWithPid(option));
-            }
-        }
+    if let Some(pid) = cli.pid.or_else(|| listed_pid(&mut cli)) {
         let duration = match cli.duration {
             Some(d) if !(d >= 0.0 && d.is_finite()) => return Err(Error::BadDuration(d)),
             d => d.map(std::time::Duration::from_secs_f64),
         };
-        let status = attach_to(pid, &cli.command, &handlers, params, output, options, duration)?;
+        let mut extra = event_records(&cli, &aggregation, true)?;
+        extra.extend(aggregation);
+        let mut command = cli.command.clone();
+        if cli.list {
+            // -l [PATTERN] --pid PID: what the process has mapped now.
+            let pattern = match command.as_slice() {
+                [] => String::new(),
+                [pattern] => pattern.to_str().ok_or(Error::List("the PATTERN is not UTF-8"))?.to_owned(),
+                _ => return Err(Error::PidAndProgram),
+            };
+            if pattern.contains('\n') {
+                return Err(Error::List("the PATTERN contains a newline"));
+            }
+            extra.push(("list", pattern.into()));
+            handlers.clear();
+            command.clear();
+        }
+        let chrome = cli.format == Some(cli::Format::Chrome);
+        let status = attach_to(pid, &command, &handlers, params, output, options, duration, extra, chrome)?;
         std::process::exit(status);
     }
     if cli.duration.is_some() {
         return Err(Error::DurationWithoutPid);
     }
 
-    let mut extra: Vec<(&str, OsString)> = Vec::new();
-    for def in &cli.events {
-        if def.contains('\n') {
-            return Err(Error::Definition { def: def.clone(), reason: "one definition a line: no newline in -e" });
-        }
-        extra.push(("event", def.into()));
-    }
-    for file in &cli.event_files {
-        fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
-        extra.push(("events", spec_path(file)?.into_os_string()));
-    }
-    extra.extend(filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?);
-    if let Some(format) = cli.format {
-        extra.push(("format", format.name().into()));
-    }
-    if let Some(size) = cli.buffer_size {
-        extra.push(("buffer-size", size.to_string().into()));
-    }
-    for t in &cli.triggers {
-        if t.contains('\n') || !t.contains(':') {
-            return Err(Error::Filter(format!(
-                "--trigger '{}': expected EVENT:enable=EVENT or EVENT:disable=EVENT",
-                t.replace('\n', "\\n")
-            )));
-        }
-        extra.push(("trigger", t.into()));
-    }
-    if let Some(n) = cli.max_events {
-        if !aggregation.is_empty() {
-            return Err(Error::Aggregate {
-                option: "--max-events",
-                reason: "limits the records of a stream: aggregations keep no records",
-            });
-        }
-        extra.push(("max-events", n.to_string().into()));
-    }
+    let mut extra = event_records(&cli, &aggregation, false)?;
     extra.extend(aggregation);
     // The feed's socket pair: its number is in the specification the program reads.
     let feed = match &cli.serve {
@@ -241,6 +209,77 @@ fn run() -> Result<Infallible, Error> {
     }
 }
 
+/// The records of the definitions and the stream's options (`-e`, `--events`, filters,
+/// `--format`, `--buffer-size`, `--trigger`, `--max-events`). `attach`: the runtime in a
+/// running process reads no file of uprobe-run's, so `--events` files are read here and
+/// their definitions sent as they are.
+fn event_records(
+    cli: &Cli,
+    aggregation: &[(&'static str, OsString)],
+    attach: bool,
+) -> Result<Vec<(&'static str, OsString)>, Error> {
+    let mut extra: Vec<(&str, OsString)> = Vec::new();
+    for def in &cli.events {
+        if def.contains('\n') {
+            return Err(Error::Definition { def: def.clone(), reason: "one definition a line: no newline in -e" });
+        }
+        extra.push(("event", def.into()));
+    }
+    for file in &cli.event_files {
+        if attach {
+            let text = fs::read(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
+            let text = String::from_utf8_lossy(&text);
+            extra.extend(uprobe_contracts::def::file_lines(&text).map(|(_, def)| ("event", def.into())));
+            continue;
+        }
+        fs::File::open(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
+        extra.push(("events", spec_path(file)?.into_os_string()));
+    }
+    extra.extend(filter::records(&cli.events, &cli.event_files, &cli.filters, &cli.latency)?);
+    if let Some(format) = cli.format {
+        extra.push(("format", format.name().into()));
+    }
+    if let Some(size) = cli.buffer_size {
+        extra.push(("buffer-size", size.to_string().into()));
+    }
+    for t in &cli.triggers {
+        if t.contains('\n') || !t.contains(':') {
+            return Err(Error::Filter(format!(
+                "--trigger '{}': expected EVENT:enable=EVENT or EVENT:disable=EVENT",
+                t.replace('\n', "\\n")
+            )));
+        }
+        extra.push(("trigger", t.into()));
+    }
+    if let Some(n) = cli.max_events {
+        if !aggregation.is_empty() {
+            return Err(Error::Aggregate {
+                option: "--max-events",
+                reason: "limits the records of a stream: aggregations keep no records",
+            });
+        }
+        extra.push(("max-events", n.to_string().into()));
+    }
+    Ok(extra)
+}
+
+/// `-l [PATTERN] --pid PID`: the words after `-l` are taken as a program, so a `--pid` among
+/// them is found here (and taken out).
+fn listed_pid(cli: &mut Cli) -> Option<i32> {
+    if !cli.list {
+        return None;
+    }
+    let words: Vec<&str> = cli.command.iter().map(|w| w.to_str().unwrap_or("")).collect();
+    let (at, pid) = match words.as_slice() {
+        [flag, pid] | [_, flag, pid] if matches!(*flag, "-p" | "--pid") => (words.len() - 2, *pid),
+        [flag] | [_, flag] if flag.starts_with("--pid=") => (words.len() - 1, &flag["--pid=".len()..]),
+        _ => return None,
+    };
+    let pid = pid.parse().ok()?;
+    cli.command.truncate(at);
+    Some(pid)
+}
+
 /// `--serve` and its options: what they need, refused in one line before anything starts.
 fn check_serve(cli: &Cli, aggregating: bool) -> Result<(), Error> {
     let refuse = |option, reason| Err(Error::ServeOption { option, reason });
@@ -254,7 +293,7 @@ fn check_serve(cli: &Cli, aggregating: bool) -> Result<(), Error> {
         return Ok(());
     }
     if cli.pid.is_some() {
-        return refuse("--serve", "not with --pid yet: an attach session does not carry aggregations");
+        return refuse("--serve", "not with --pid: an attach session's aggregations are not served yet");
     }
     if cli.list {
         return refuse("--serve", "serves a run's aggregations, not a listing");
@@ -292,6 +331,7 @@ fn list_arguments(words: &[OsString]) -> Result<(Option<String>, Vec<OsString>),
 
 /// `--pid`: checks what only a launch can use, the runtime and the libraries, then attaches;
 /// returns uprobe-run's exit status.
+#[allow(clippy::too_many_arguments)]
 fn attach_to(
     pid: i32,
     command: &[std::ffi::OsString],
@@ -300,6 +340,8 @@ fn attach_to(
     output: Option<PathBuf>,
     options: Vec<String>,
     duration: Option<std::time::Duration>,
+    extra: Vec<(&'static str, OsString)>,
+    chrome: bool,
 ) -> Result<i32, Error> {
     if !command.is_empty() {
         return Err(Error::PidAndProgram);
@@ -327,6 +369,8 @@ fn attach_to(
         options,
         duration,
         verbose,
+        extra: extra.into_iter().map(|(key, value)| (key.to_owned(), value)).collect(),
+        chrome,
     };
     Ok(attach::run(request)?)
 }

@@ -57,6 +57,11 @@ pub struct Request {
     pub options: Vec<String>,
     pub duration: Option<Duration>,
     pub verbose: bool,
+    /// What the session runs besides handler libraries, as run spec records: definitions,
+    /// filters, stream and aggregation options, a listing.
+    pub extra: Vec<(String, std::ffi::OsString)>,
+    /// `--format chrome`: the runtime's own lines come beside the trace, for stderr.
+    pub chrome: bool,
 }
 
 /// Rounds of stopping the threads in search of one at a safe place.
@@ -69,14 +74,16 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     // half-way through.
     let signals = net::signalfd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]).map_err(AttachError::Socket)?;
     let target = Target::open(request.pid)?;
-    if request.handlers.is_empty() {
+    if request.handlers.is_empty() && request.extra.is_empty() {
         return Err(AttachError::NothingToDo { pid: target.pid });
     }
     // Libraries the process has already (its own run's) are loaded from copies.
     let mut request = request;
     let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
-    let out = session::Output::open(request.output.as_deref())?;
+    // A listing goes to standard output, as a launch's does.
+    let listing = request.extra.iter().any(|(key, _)| key == "list");
+    let out = session::Output::open(if listing { Some(std::path::Path::new("-")) } else { request.output.as_deref() })?;
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
     let mut pause = session::Pause::default();

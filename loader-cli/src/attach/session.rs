@@ -34,6 +34,9 @@ const AGENT_END_TIMEOUT: Duration = Duration::from_secs(2);
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long the target's threads run between two stops when one sat where a jump goes.
 const RESTOP_GAP: Duration = Duration::from_millis(1);
+/// The first byte of an output message that is one of the runtime's lines for stderr
+/// (`base::output::ASIDE`).
+const ASIDE: u8 = 1;
 /// The output socket's send buffer in the target: lines wait there while uprobe-run is busy.
 const OUTPUT_BUFFER: libc::c_int = 1 << 20;
 
@@ -188,7 +191,16 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
+        let extra: Vec<(&str, std::ffi::OsString)> =
+            self.request.extra.iter().map(|(key, value)| (key.as_str(), value.clone())).collect();
+        let records =
+            launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &extra);
+        if records.len() >= MAX_MESSAGE - 16 {
+            return Err(self.protocol(format!(
+                "the session's definitions and options take {} bytes, over the {MAX_MESSAGE} one message carries",
+                records.len()
+            )));
+        }
         let records = records.to_string_lossy().into_owned();
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);
@@ -285,6 +297,23 @@ impl Session {
                         self.wait_agent_gone(agent);
                         return Ok(INIT_FAILED);
                     }
+                    Some(FromAgent::Refused { line }) => {
+                        self.relay(&ours);
+                        eprintln!("uprobe-run: process {pid}: {line}");
+                        self.wait_agent_gone(agent);
+                        return Ok(REFUSED);
+                    }
+                    Some(FromAgent::Listed { functions }) => {
+                        self.relay(&ours);
+                        self.wait_agent_gone(agent);
+                        if functions == 0 {
+                            let pattern = self.request.extra.iter().find(|(k, _)| k == "list").map(|(_, v)| v);
+                            let pattern = pattern.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+                            eprintln!("uprobe-run: no function matches {pattern}");
+                            return Ok(1);
+                        }
+                        return Ok(0);
+                    }
                     Some(FromAgent::Detached { probes, notes }) => {
                         self.relay(&ours);
                         for note in notes {
@@ -326,11 +355,17 @@ impl Session {
 
     /// Writes out every output message waiting.
     fn relay(&mut self, ours: &OwnedFd) {
-        while let Ok(Some(bytes)) = net::try_recv(ours.as_raw_fd(), MAX_MESSAGE) {
+        while let Ok(Some(bytes)) = net::try_recv(ours.as_raw_fd(), OUTPUT_BUFFER as usize) {
             if bytes.is_empty() {
                 break;
             }
-            self.out.write(&bytes);
+            // A Chrome trace is one JSON document: the runtime's lines come marked, for stderr.
+            match bytes.split_first() {
+                Some((&ASIDE, line)) if self.request.chrome => {
+                    let _ = std::io::stderr().write_all(line);
+                }
+                _ => self.out.write(&bytes),
+            }
         }
     }
 

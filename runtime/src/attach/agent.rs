@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::attach::channel::{Channel, RecvError};
 use crate::attach::hold;
-use crate::attach::session::Session;
+use crate::attach::session::{LoadError, Session, Started};
 use crate::attach::wire::{FromAgent, ToAgent};
 use crate::base::spec::Spec;
 use crate::base::sys::{self, Errno};
@@ -213,7 +213,7 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
         if spec.options.full_vector_state && !vector::save_full_state() {
             output::message(format_args!("--full-vector-state: this processor has no XSAVE; saving xmm0-15 only"));
         }
-        serve(&channel, Session::new(spec, out));
+        serve(&channel, Session::new(spec, out), preloaded);
         world::remove(tid);
         output::set_waiter(0);
         hold::set_socket(-1);
@@ -228,11 +228,19 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
 }
 
 /// Runs the session until it ends.
-fn serve(channel: &Channel, mut session: Session) {
+fn serve(channel: &Channel, mut session: Session, preloaded: bool) {
     let started = crate::base::stats::Counters::now();
-    if let Err(line) = session.load() {
+    if let Err(e) = session.load(preloaded) {
         session.end();
-        let _ = channel.send(&FromAgent::Failed { line });
+        let _ = channel.send(&match e {
+            LoadError::Refused(line) => FromAgent::Refused { line },
+            LoadError::Failed(line) => FromAgent::Failed { line },
+        });
+        return;
+    }
+    if let Some(Started::Listed(functions)) = session.started {
+        session.end();
+        let _ = channel.send(&FromAgent::Listed { functions });
         return;
     }
     let (probes, jumps) = session.placed();

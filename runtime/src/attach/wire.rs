@@ -51,6 +51,12 @@ pub enum FromAgent {
     /// A handler library failed to load or its `uprobe_init` failed: what it registered is
     /// removed; `line` says why. The agent then ends as after a detach.
     Failed { line: String },
+    /// What the session asks cannot be done in this process (a definition that does not
+    /// resolve, an option that does not apply): `line` names it; nothing of it stays. The
+    /// agent then ends as after a detach.
+    Refused { line: String },
+    /// The listing the session asked for is written (`functions` lines); the agent ends.
+    Listed { functions: usize },
     /// The session's handler libraries ran `uprobe_exit`, their probes are removed: the agent
     /// ends. `notes`: what the user should know (libraries left loaded, and why).
     Detached { probes: usize, notes: Vec<String> },
@@ -93,6 +99,8 @@ impl FromAgent {
             FromAgent::Resume => RESUME.into(),
             FromAgent::Ready { libraries, probes, jumps } => format!("ready\t{libraries}\t{probes}\t{jumps}"),
             FromAgent::Failed { line } => format!("failed\t{}", one_line(line)),
+            FromAgent::Refused { line } => format!("refused\t{}", one_line(line)),
+            FromAgent::Listed { functions } => format!("listed\t{functions}"),
             FromAgent::Detached { probes, notes } => {
                 let mut text = format!("detached\t{probes}");
                 for note in notes {
@@ -117,6 +125,8 @@ impl FromAgent {
             ("resume", 0) => FromAgent::Resume,
             ("ready", 3) => FromAgent::Ready { libraries: num(0)?, probes: num(1)?, jumps: num(2)? },
             ("failed", 1) => FromAgent::Failed { line: f[0].into() },
+            ("refused", 1) => FromAgent::Refused { line: f[0].into() },
+            ("listed", 1) => FromAgent::Listed { functions: num(0)? },
             ("detached", n) if n >= 1 => {
                 FromAgent::Detached { probes: num(0)?, notes: f[1..].iter().map(|s| s.to_string()).collect() }
             }
@@ -173,6 +183,8 @@ mod tests {
             FromAgent::Resume,
             FromAgent::Ready { libraries: 2, probes: 2126, jumps: 2034 },
             FromAgent::Failed { line: "/h.so: uprobe_init() failed, returned -22".into() },
+            FromAgent::Refused { line: "-e 'p nosuch': no function".into() },
+            FromAgent::Listed { functions: 2583 },
             FromAgent::Detached { probes: 3, notes: vec!["/h.so stays loaded".into()] },
             FromAgent::Detached { probes: 0, notes: vec![] },
             FromAgent::Exiting,

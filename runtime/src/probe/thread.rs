@@ -59,6 +59,11 @@ pub struct ThreadState {
     /// only (`trace::filter`; a fork's child forgets them).
     pub filter_tid: Cell<i32>,
     pub filter_comm: Cell<[u8; 16]>,
+    /// The thread's event ring and counter block (`trace::buffers`, `aggregate::blocks`):
+    /// (the generation of the pool it is of, its index or address); a generation other than
+    /// the pool's means none claimed yet (zero: never).
+    pub ring: Cell<(u32, u32)>,
+    pub block: Cell<(u32, usize)>,
 }
 
 thread_local! {
@@ -78,6 +83,8 @@ thread_local! {
             own: Cell::new(false),
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
+            ring: Cell::new((0, 0)),
+            block: Cell::new((0, 0)),
         }
     };
 }
@@ -132,6 +139,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     own: Cell::new(false),
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
+    ring: Cell::new((0, 0)),
+    block: Cell::new((0, 0)),
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it

@@ -10,10 +10,10 @@
 //! libc, one `gettid` system call at a thread's first hit); the rest runs on the drain thread
 //! or at start-up and fork.
 
-use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::base::sys;
+use crate::probe::thread;
 
 const FREE: u32 = 0;
 const OWNED: u32 = 1;
@@ -112,9 +112,24 @@ pub fn close() {
     CLOSED.store(true, Ordering::SeqCst);
 }
 
-thread_local! {
-    /// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had.
-    static MINE: Cell<u32> = const { Cell::new(0) };
+/// The pool's generation: a new one for each stream (an attach session's starts afresh).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had. Kept in the
+/// thread's state (`probe::thread`), which a hit reaches without allocating even in a
+/// runtime loaded into a running process.
+#[inline]
+fn mine_index() -> u32 {
+    let (generation, i) = thread::current().ring.get();
+    if generation == GENERATION.load(Ordering::Relaxed) {
+        i
+    } else {
+        0
+    }
+}
+
+fn set_mine(i: u32) {
+    thread::current().ring.set((GENERATION.load(Ordering::Relaxed), i));
 }
 
 /// Makes the pool: `threads` rings of `size` bytes, rounded up to a power of two
@@ -122,6 +137,19 @@ thread_local! {
 /// reach.
 pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
     let size = size.max(4096).next_power_of_two();
+    CLOSED.store(false, Ordering::SeqCst);
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+    // A later stream (another attach session) reuses the pool of the same size, emptied: no
+    // hit of the last stream's can still write (its probes are gone, a grace period passed).
+    if let Some(pool) = pool().filter(|p| p.size == size && p.rings.len() == threads) {
+        for ring in pool.rings.iter() {
+            ring.head.0.store(0, Ordering::Relaxed);
+            ring.tail.0.store(0, Ordering::Relaxed);
+            ring.state.store(FREE, Ordering::Release);
+        }
+        NO_RING.store(0, Ordering::Relaxed);
+        return Ok(());
+    }
     let total = sys::page_ceil(threads * size);
     let base = sys::mmap_reserve(total)?;
     let rings: Box<[Ring]> = (0..threads)
@@ -149,7 +177,7 @@ pub fn pool() -> Option<&'static Pool> {
 #[inline]
 pub fn mine() -> Option<&'static Ring> {
     let pool = pool()?;
-    let i = MINE.with(Cell::get);
+    let i = mine_index();
     if i != 0 && i != u32::MAX {
         return pool.rings.get(i as usize - 1);
     }
@@ -166,14 +194,14 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
         .iter()
         .position(|r| r.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok());
     let Some(i) = found else {
-        MINE.with(|m| m.set(u32::MAX));
+        set_mine(u32::MAX);
         return None;
     };
     let ring = &pool.rings[i];
     ring.tid.store(sys::gettid(), Ordering::Relaxed);
     ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
     ring.generation.fetch_add(1, Ordering::Release);
-    MINE.with(|m| m.set(i as u32 + 1));
+    set_mine(i as u32 + 1);
     Some(ring)
 }
 
@@ -415,7 +443,7 @@ impl Ring {
 pub fn after_fork() {
     PID.store(sys::getpid(), Ordering::Relaxed);
     let Some(pool) = pool() else { return };
-    let mine = MINE.with(Cell::get);
+    let mine = mine_index();
     for (i, ring) in pool.rings.iter().enumerate() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);

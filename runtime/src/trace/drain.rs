@@ -12,7 +12,7 @@
 //! Context: its own thread (normal context), and process exit for [`finish`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use crate::base::lock::Mutex;
 use crate::base::{output, sys};
@@ -41,6 +41,9 @@ pub enum Format {
 }
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
+/// The stream (an attach session's is a stream of its own): a drain thread ends with its
+/// stream.
+static RUN: AtomicUsize = AtomicUsize::new(0);
 
 /// One record taken out of a ring; its bytes are `at..at + len` of the state's arena.
 struct Staged {
@@ -101,6 +104,7 @@ impl Symbols for SymbolCache {
 /// are placed).
 pub fn start(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
+    RUN.fetch_add(1, Ordering::SeqCst);
     *STATE.lock() = Some(State {
         staged: Vec::new(),
         arena: Vec::new(),
@@ -137,10 +141,14 @@ fn write_out(bytes: &[u8], ends: &[usize]) {
 /// Starts the drain thread with every asynchronous signal blocked, so that none of the
 /// program's handlers ever runs on it.
 fn spawn() {
-    extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
+    extern "C" fn main(run: *mut libc::c_void) -> *mut libc::c_void {
         // Its probe hits (libc, through the loader's symbol lookups) run no handler.
         core::mem::forget(deferred::Inside::enter());
         loop {
+            if RUN.load(Ordering::SeqCst) != run as usize {
+                world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+                return core::ptr::null_mut();
+            }
             // Sleeps a period, or less when a hit finds its ring past the high-water mark.
             let seen = buffers::WAKE.load(Ordering::Acquire);
             buffers::SLEEPING.store(true, Ordering::SeqCst);
@@ -149,11 +157,12 @@ fn spawn() {
             }
             buffers::SLEEPING.store(false, Ordering::SeqCst);
             if !pass(false) {
+                world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
                 return core::ptr::null_mut();
             }
         }
     }
-    if let Err(rc) = world::spawn(main, 0) {
+    if let Err(rc) = world::spawn(main, RUN.load(Ordering::SeqCst)) {
         output::message(format_args!("cannot start the drain thread (error {rc}): events are written at exit only"));
     }
 }
