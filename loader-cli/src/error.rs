@@ -4,6 +4,7 @@
 use crate::attach::AttachError;
 use crate::config::ConfigError;
 use crate::elf::ElfProblem;
+pub use crate::sys::describe;
 use std::io;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -133,15 +134,6 @@ fn one_line(text: &str) -> String {
             false => c.to_string(),
         })
         .collect()
-}
-
-/// An I/O error without the trailing `(os error N)`: "Permission denied".
-pub fn describe(e: &io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) if text.ends_with(')') => text[..at].to_owned(),
-        _ => text,
-    }
 }
 
 #[cfg(test)]

@@ -371,6 +371,7 @@ fn attach_to(
         verbose,
         extra: extra.into_iter().map(|(key, value)| (key.to_owned(), value)).collect(),
         chrome,
+        copies_dir: runtime::shared_private_dir,
     };
     Ok(attach::run(request)?)
 }

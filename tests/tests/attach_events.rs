@@ -176,6 +176,40 @@ fn an_attached_stream_has_the_records_of_a_launch() {
 }
 
 #[test]
+fn a_burst_streamed_over_the_session_loses_nothing_uncounted() {
+    need_ptrace!();
+    const HITS: u64 = 300_000;
+    let value = def("p", "value", "v=%di:s64");
+    for buffer in [None, Some("64K")] {
+        let mut target = Target::start(&gated(), &[]);
+        let out = tempfile("attach-burst");
+        let mut args = vec!["-o", path(&out), "--format", "json", "-e", &value];
+        args.extend(buffer.iter().flat_map(|b| ["--buffer-size", b]));
+        let mut session = Session::start(target.pid, &args);
+        target.send(&format!("burst {HITS}"));
+        target.out.expect("done");
+        let (status, _) = target.finish();
+        assert_eq!(status.code(), Some(0));
+        let (status, _) = session.wait();
+        assert_eq!(status.code(), Some(0), "{:?}", session.own_lines());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        let objects: Vec<Value> = without_own_lines(&text)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let records = objects.iter().filter(|o| o["event"] == "value" && o.get("args").is_some()).count() as u64;
+        let dropped: u64 =
+            objects.iter().filter(|o| o["kind"] == "dropped").map(|o| o["dropped"].as_u64().unwrap()).sum();
+        assert_eq!(records + dropped, HITS, "{buffer:?}: {records} records, {dropped} dropped");
+        // Records come in the order of the hits: each value follows the one before.
+        let values: Vec<i64> = objects.iter().filter_map(|o| o["args"]["v"].as_i64()).collect();
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "{buffer:?}: out of order");
+        println!("{buffer:?}: {records} records, {dropped} dropped");
+    }
+}
+
+#[test]
 fn an_events_file_and_lenient_work_as_in_a_launch() {
     need_ptrace!();
     let file = tempfile("events");

@@ -14,6 +14,11 @@
 //! 4. `session` runs the session with the agent: it stops the threads
 //!    whenever the agent writes a batch, relays the handlers' output, and on Ctrl-C, SIGTERM,
 //!    the end of `--duration` or the process's exit, ends it.
+//!
+//! The files import in one direction, bottom first: `request`, `ptrace`, `net` and `wire`
+//! (plain data and system calls); `error`; `target`; `symbols` and `stop`; `inject`;
+//! `copies` and `load`; `session`; this file. None imports the crate's `error` or
+//! `runtime` (which import `AttachError`): what they would give comes in the `Request`.
 
 mod copies;
 mod error;
@@ -21,6 +26,7 @@ mod inject;
 mod load;
 mod net;
 mod ptrace;
+mod request;
 mod session;
 mod stop;
 mod symbols;
@@ -31,6 +37,7 @@ mod target;
 mod wire;
 
 pub use error::AttachError;
+pub use request::Request;
 
 use std::borrow::Cow;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -40,29 +47,6 @@ use std::time::{Duration, Instant};
 use inject::{Arg, Hijacked};
 use stop::{Held, StopError};
 use target::{Mapping, Target};
-
-/// What the command line asks of an attach.
-#[derive(Debug)]
-pub struct Request {
-    pub pid: i32,
-    /// The runtime's name, for messages (a path, or where it is carried).
-    pub runtime: PathBuf,
-    /// The runtime's bytes (see `load`).
-    pub runtime_bytes: Vec<u8>,
-    /// Absolute paths.
-    pub handlers: Vec<PathBuf>,
-    pub params: Vec<String>,
-    pub output: Option<PathBuf>,
-    /// Runtime options (`no-optimize`, `verbose`, `stats`, `full-vector-state`).
-    pub options: Vec<String>,
-    pub duration: Option<Duration>,
-    pub verbose: bool,
-    /// What the session runs besides handler libraries, as run spec records: definitions,
-    /// filters, stream and aggregation options, a listing.
-    pub extra: Vec<(String, std::ffi::OsString)>,
-    /// `--format chrome`: the runtime's own lines come beside the trace, for stderr.
-    pub chrome: bool,
-}
 
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
@@ -79,7 +63,7 @@ pub fn run(request: Request) -> Result<i32, AttachError> {
     }
     // Libraries the process has already (its own run's) are loaded from copies.
     let mut request = request;
-    let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
+    let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers, request.copies_dir)?;
     request.handlers = handlers;
     // A listing goes to standard output, as a launch's does.
     let listing = request.extra.iter().any(|(key, _)| key == "list");
@@ -162,13 +146,6 @@ fn pick_thread(
         }
     }
     Err(AttachError::NoSafeThread { pid: target.pid })
-}
-
-/// The run-time address of function `name` of the file mapped at `first`.
-fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<Option<u64>, AttachError> {
-    let file = target.file(&first.path);
-    let found = symbols::lookup(&file, name).map_err(|e| target.changed().unwrap_or(e))?;
-    Ok(found.map(|(value, base)| symbols::runtime_address(first, value, base)))
 }
 
 /// The bytes of the runtime the process has mapped at `first` (to find its entry point), as

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::attach::error::AttachError;
+use crate::attach::net;
+use crate::attach::request::Request;
 use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
 use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
-use crate::attach::{net, Request};
 use crate::launch;
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
@@ -94,7 +95,7 @@ pub fn output_checked(status: i32) -> i32 {
     let name = NAME.get().map_or("standard error", String::as_str);
     eprintln!(
         "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
-        crate::error::describe(&error)
+        crate::sys::describe(&error)
     );
     if status == 0 {
         74
