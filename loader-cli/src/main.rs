@@ -107,8 +107,25 @@ fn run() -> Result<Infallible, Error> {
             command.clear();
         }
         let chrome = cli.format == Some(cli::Format::Chrome);
-        let status = attach_to(pid, &command, &handlers, params, output, options, duration, extra, chrome)?;
-        std::process::exit(status);
+        // --serve: served by uprobe-run while the session runs; the feed's other end goes to
+        // the process over the session.
+        let serving = match &cli.serve {
+            Some(addr) => {
+                let (ours, theirs) = serve::socket_pair(addr)?;
+                let endpoint = serve::bind(addr)?;
+                let keys = cli.serve_keys.map_or(serve::metrics::DEFAULT_KEYS, |n| n as usize);
+                Some((serve::attached(endpoint, ours, keys), theirs))
+            }
+            None => None,
+        };
+        let feed = serving.as_ref().map(|(_, theirs)| *theirs);
+        let status = attach_to(pid, &command, &handlers, params, output, options, duration, extra, chrome, feed);
+        if let Some((serving, theirs)) = serving {
+            sys::close(theirs);
+            let linger = if status.is_ok() { cli.serve_linger.unwrap_or(0) } else { 0 };
+            serving.finish(std::time::Duration::from_nanos(linger));
+        }
+        std::process::exit(status?);
     }
     if cli.duration.is_some() {
         return Err(Error::DurationWithoutPid);
@@ -292,9 +309,6 @@ fn check_serve(cli: &Cli, aggregating: bool) -> Result<(), Error> {
         }
         return Ok(());
     }
-    if cli.pid.is_some() {
-        return refuse("--serve", "not with --pid: an attach session's aggregations are not served yet");
-    }
     if cli.list {
         return refuse("--serve", "serves a run's aggregations, not a listing");
     }
@@ -342,6 +356,7 @@ fn attach_to(
     duration: Option<std::time::Duration>,
     extra: Vec<(&'static str, OsString)>,
     chrome: bool,
+    feed: Option<i32>,
 ) -> Result<i32, Error> {
     if !command.is_empty() {
         return Err(Error::PidAndProgram);
@@ -372,6 +387,7 @@ fn attach_to(
         extra: extra.into_iter().map(|(key, value)| (key.to_owned(), value)).collect(),
         chrome,
         copies_dir: runtime::shared_private_dir,
+        feed,
     };
     Ok(attach::run(request)?)
 }

@@ -41,3 +41,9 @@ pub fn describe(e: &std::io::Error) -> String {
         _ => text,
     }
 }
+
+/// Closes `fd`, a descriptor this process made and owns alone.
+pub fn close(fd: i32) {
+    // SAFETY: close(2) on a descriptor nothing else refers to.
+    unsafe { libc::close(fd) };
+}

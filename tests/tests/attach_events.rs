@@ -256,7 +256,6 @@ fn refusals_are_one_line_and_leave_the_process_as_it_was() {
     for (args, option) in [
         (vec!["--follow-exec", "-e", &sized], "--follow-exec"),
         (vec!["--no-follow-fork", "--count", "-e", &sized], "--no-follow-fork"),
-        (vec!["--serve", "127.0.0.1:0", "--count", "-e", &sized], "--serve"),
     ] {
         let (status, err) = attach_once(target.pid, &args);
         assert_eq!(status.code(), Some(2), "{args:?}: {err}");
@@ -348,6 +347,51 @@ fn a_listing_of_a_running_process_is_a_launchs_listing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no function matches nomatch*"));
     assert!(target.alive());
+}
+
+/// `GET /metrics` on the unix socket `path`: the body.
+fn scrape(path: &std::path::Path) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.split_once("\r\n\r\n").map_or(text.clone(), |(_, body)| body.to_string())
+}
+
+/// The value of the series `name{labels}` whose labels include each of `labels`.
+fn series(body: &str, name: &str, labels: &[&str]) -> Option<String> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}
+
+#[test]
+fn an_attach_session_is_served_as_metrics() {
+    need_ptrace!();
+    let tick = def("p", "tick", "");
+    let sized = def("p", "sized", "size=%di:s64");
+    let socket = tempfile("attach-metrics.sock");
+    let mut target = Target::start(&gated(), &[]);
+    let session =
+        Session::start(target.pid, &["--serve", path(&socket), "--count", "--by", "size", "-e", &tick, "-e", &sized]);
+    target.send("go");
+    target.out.expect("done");
+    let body = scrape(&socket);
+    let hits = |labels: &[&str]| series(&body, "uprobe_hits_total", labels);
+    assert_eq!(hits(&["event=\"tick\""]).as_deref(), Some("1000"), "{body}");
+    for v in 1..=20 {
+        assert_eq!(hits(&["event=\"sized\"", &format!("size=\"{v}\"")]), Some(v.to_string()), "{body}");
+    }
+    let (status, lines) = session.end(libc::SIGINT);
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("count sized by size: 210 hits")), "{lines:?}");
+    assert!(!socket.exists(), "the socket file is removed at the end");
+    assert!(target.alive());
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0));
 }
 
 #[test]

@@ -26,4 +26,6 @@ pub struct Request {
     pub chrome: bool,
     /// Where copies of handler libraries the process has loaded already go (see `copies`).
     pub copies_dir: fn() -> io::Result<PathBuf>,
+    /// `--serve`: the process's end of the metrics feed, handed to it over the session.
+    pub feed: Option<std::os::fd::RawFd>,
 }

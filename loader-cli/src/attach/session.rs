@@ -203,6 +203,9 @@ impl Session {
             )));
         }
         let records = records.to_string_lossy().into_owned();
+        if let Some(feed) = self.request.feed {
+            self.send(&ToAgent::Feed, Some(feed))?;
+        }
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);
         let pidfd = net::pidfd(self.pid()).map_err(AttachError::Socket)?;

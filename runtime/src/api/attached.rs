@@ -57,6 +57,7 @@ impl Events for Attached {
         trace::drain::finish();
         trace::filter::report();
         aggregate::report::finish();
+        aggregate::feed::close();
         output::set_messages(Messages::Plain);
     }
 }

@@ -152,25 +152,46 @@ fn wait(channel: &Channel) -> Event {
 /// having placed nothing.
 const SPEC_TIMEOUT_MS: i32 = 5_000;
 
-/// The session's spec and output descriptor, the first message, within [`SPEC_TIMEOUT_MS`].
-fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
+/// Waits until a message is there, or `deadline` (monotonic ns) passes (None).
+fn wait_message(channel: &Channel, deadline: u64) -> Option<()> {
     let mut fds = [libc::pollfd { fd: channel.fd, events: libc::POLLIN, revents: 0 }];
-    let deadline = sys::monotonic_ns() + SPEC_TIMEOUT_MS as u64 * 1_000_000;
     loop {
         let left = deadline.saturating_sub(sys::monotonic_ns()) / 1_000_000;
         match socket::poll(&mut fds, left as i32) {
-            Ok(_) if fds[0].revents != 0 => break,
+            Ok(_) if fds[0].revents != 0 => return Some(()),
             Ok(_) if left == 0 => return None,
             Ok(_) | Err(libc::EINTR) => continue,
             Err(_) => return None,
         }
     }
-    match channel.recv() {
+}
+
+/// The session's spec and output descriptor, the first message, within [`SPEC_TIMEOUT_MS`].
+fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
+    let deadline = sys::monotonic_ns() + SPEC_TIMEOUT_MS as u64 * 1_000_000;
+    wait_message(channel, deadline)?;
+    let mut feed = None;
+    let mut message = channel.recv();
+    // `--serve`: the metrics feed comes first, then the spec.
+    if let Ok((ToAgent::Feed, Some(fd))) = message {
+        feed = Some(fd);
+        message = wait_message(channel, deadline).ok_or(RecvError::Closed).and_then(|()| channel.recv());
+    }
+    let close_feed = || {
+        if let Some(fd) = feed {
+            sys::close(fd);
+        }
+    };
+    match message {
         Ok((ToAgent::Spec(text), Some(fd))) => match Spec::parse(&text) {
-            Ok(spec) => Some((spec, fd)),
+            Ok(mut spec) => {
+                spec.aggregate.feed = feed;
+                Some((spec, fd))
+            }
             Err(e) => {
                 let _ = channel.send(&FromAgent::Failed { line: format!("the session's spec: {e}") });
                 sys::close(fd);
+                close_feed();
                 None
             }
         },
@@ -178,9 +199,13 @@ fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
             if let Some(fd) = fd {
                 sys::close(fd);
             }
+            close_feed();
             None
         }
-        Err(_) => None,
+        Err(_) => {
+            close_feed();
+            None
+        }
     }
 }
 

@@ -70,6 +70,9 @@ pub enum ToAgent {
     /// The session: handler libraries, parameters and options as `UPROBE_RUN_SPEC` records
     /// (see `base::spec`); the message carries the output's descriptor.
     Spec(String),
+    /// Before the spec, with `--serve`: the message carries the metrics feed's descriptor
+    /// (the spec's aggregations answer on it, as a launch's `feed` record says).
+    Feed,
     /// Every other thread is stopped; where each resumes (see `probe::world::World::stop`).
     Stopped(Vec<usize>),
     /// The threads could not be stopped (the reason is for the record).
@@ -147,6 +150,7 @@ impl ToAgent {
             ToAgent::Unstoppable(why) => format!("unstoppable\t{}", one_line(why)),
             ToAgent::Resumed => RESUMED.into(),
             ToAgent::Detach => "detach".into(),
+            ToAgent::Feed => "feed".into(),
         }
     }
 
@@ -165,6 +169,7 @@ impl ToAgent {
             ("unstoppable", 1) => ToAgent::Unstoppable(f[0].into()),
             ("resumed", 0) => ToAgent::Resumed,
             ("detach", 0) => ToAgent::Detach,
+            ("feed", 0) => ToAgent::Feed,
             _ => return None,
         })
     }
@@ -199,6 +204,7 @@ mod tests {
             ToAgent::Unstoppable("thread 7 is traced by 99".into()),
             ToAgent::Resumed,
             ToAgent::Detach,
+            ToAgent::Feed,
         ];
         for m in to {
             assert_eq!(ToAgent::decode(&m.encode()), Some(m));
