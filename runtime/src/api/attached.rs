@@ -55,6 +55,7 @@ impl Events for Attached {
 
     fn finish(&self) {
         trace::drain::finish();
+        trace::drain::release();
         trace::filter::report();
         aggregate::report::finish();
         aggregate::feed::close();

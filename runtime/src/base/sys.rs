@@ -197,6 +197,16 @@ pub fn mmap_shared_reserve(len: usize) -> Result<usize, Errno> {
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
 }
 
+/// Gives the pages of `[addr, addr + len)` back to the kernel (MADV_DONTNEED: a private
+/// anonymous mapping reads as zeros afterwards).
+///
+/// # Safety
+/// Nothing may rely on the range's contents any more.
+pub unsafe fn discard(addr: usize, len: usize) {
+    // SAFETY: the caller gives up the contents; the mapping stays.
+    let _ = unsafe { call(Call::Other, libc::SYS_madvise, [addr, len, libc::MADV_DONTNEED as usize, 0, 0, 0]) };
+}
+
 /// Makes the pages of `[addr, addr + len)` present and writable without changing their
 /// contents (MADV_POPULATE_WRITE, Linux 5.14): a ring's next pages, faulted in by the drain
 /// thread instead of the hit path. Where the kernel lacks it, nothing happens.

@@ -456,3 +456,16 @@ pub fn after_fork() {
         }
     }
 }
+
+/// Gives the rings' pages back once an attach session's stream ended (its probes gone, its
+/// records all written, its drain thread ending): a later stream starts from empty rings.
+pub fn release_pages() {
+    let Some(pool) = pool() else { return };
+    let Some(first) = pool.rings.first() else { return };
+    for ring in pool.rings.iter() {
+        ring.head.0.store(0, Ordering::Relaxed);
+        ring.tail.0.store(0, Ordering::Relaxed);
+    }
+    // SAFETY: the rings are empty and nothing writes them until a later `init`.
+    unsafe { sys::discard(first.data, sys::page_ceil(pool.rings.len() * pool.size)) };
+}

@@ -194,6 +194,15 @@ pub fn finish() {
     });
 }
 
+/// After [`finish`] of an attach session's stream: its state and its rings' pages are given
+/// back (a later session's stream starts afresh).
+pub fn release() {
+    let had = STATE.lock().take().is_some();
+    if had {
+        buffers::release_pages();
+    }
+}
+
 /// One pass; `last`: write everything and end. Returns false once the stream has ended.
 fn pass(last: bool) -> bool {
     let mut guard = STATE.lock();
