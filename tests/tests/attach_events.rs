@@ -349,6 +349,37 @@ fn a_listing_of_a_running_process_is_a_launchs_listing() {
     assert!(target.alive());
 }
 
+/// The anonymous memory of process `pid`, in kB.
+fn anonymous_kb(pid: i32) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    let line = rollup.lines().find(|l| l.starts_with("Anonymous:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn libc_wide_sessions_in_a_row_leave_the_memory_where_it_was() {
+    need_ptrace!();
+    let target = Target::start(&gated(), &[]);
+    let session = |args: &[&str]| {
+        let (status, err) = attach_once(target.pid, &[&["--duration", "0.1", "--lenient"], args].concat());
+        assert_eq!(status.code(), Some(0), "{err}");
+    };
+    let every = "p libc.so.6:*";
+    // The first sessions load the runtime and make what it keeps (a stream's and a count's).
+    session(&["-o", "/dev/null", "-e", every]);
+    session(&["--count", "-o", "/dev/null", "-e", every]);
+    let before = anonymous_kb(target.pid);
+    for _ in 0..3 {
+        session(&["-o", "/dev/null", "-e", every]);
+        session(&["--count", "-o", "/dev/null", "-e", every]);
+    }
+    let after = anonymous_kb(target.pid);
+    println!("anonymous memory: {before} kB after two sessions, {after} kB after six more");
+    // Each session's ~2,000 events and their counters were once kept for good (1.3 MB).
+    assert!(after <= before + 512, "{before} kB -> {after} kB over six libc-wide sessions");
+    assert!(target.alive());
+}
+
 /// `GET /metrics` on the unix socket `path`: the body.
 fn scrape(path: &std::path::Path) -> String {
     use std::io::{Read, Write};
