@@ -47,6 +47,11 @@ static RUN: AtomicUsize = AtomicUsize::new(0);
 
 /// One record taken out of a ring; its bytes are `at..at + len` of the state's arena.
 struct Staged {
+    /// The record's clock reading, and it in ns by the calibration of the current pass
+    /// (all are converted again at each pass: a record held back from one pass and one
+    /// taken in the next are ordered by one line, however early in the run the
+    /// calibration still moves).
+    clock: u64,
     ns: u64,
     seq: u64,
     tid: i32,
@@ -213,6 +218,9 @@ fn pass(last: bool) -> bool {
     clock::calibrate();
     let watermark = if last { u64::MAX } else { clock::to_ns(clock::now().0).saturating_sub(MARGIN_NS) };
     collect(st, true);
+    for s in &mut st.staged {
+        s.ns = clock::to_ns(s.clock);
+    }
     st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
     let ready = st.staged.partition_point(|s| s.ns <= watermark);
     let batch: Vec<Staged> = st.staged.drain(..ready).collect();
@@ -266,6 +274,7 @@ fn collect(st: &mut State, all: bool) {
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
+                    clock: h.clock,
                     ns: clock::to_ns(h.clock),
                     seq: st.seq,
                     tid,
@@ -463,7 +472,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
         let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
         for (tid, stack) in open {
             for o in stack {
-                let s = Staged { ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
+                let s = Staged { clock: 0, ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
                 instant(&mut st.first, &mut text, &o.name, "uprobes", o.ns, &s, &o.args);
             }
         }
