@@ -27,14 +27,8 @@ impl Drop for Copies {
 }
 
 /// The paths to load in process `pid` (whose mappings are `maps`): `handlers` as given,
-/// except those the process maps already, copied into `directory()` (the private one uprobe-run
-/// keeps in /tmp, readable, not listable, by the process whatever its user).
-pub fn for_session(
-    pid: i32,
-    maps: &[Mapping],
-    handlers: &[PathBuf],
-    directory: fn() -> io::Result<PathBuf>,
-) -> Result<(Vec<PathBuf>, Copies), AttachError> {
+/// except those the process maps already, copied into [`directory`].
+pub fn for_session(pid: i32, maps: &[Mapping], handlers: &[PathBuf]) -> Result<(Vec<PathBuf>, Copies), AttachError> {
     let mut copies = Copies { made: Vec::new() };
     let mut paths = Vec::with_capacity(handlers.len());
     for (n, handler) in handlers.iter().enumerate() {
@@ -67,4 +61,10 @@ fn mapped(maps: &[Mapping], file: &Path) -> bool {
 /// Whether the mapping's path (as the process sees it) is the file of `meta`.
 fn same_file(path: &str, meta: &fs::Metadata) -> bool {
     fs::metadata(path).is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev())
+}
+
+/// The directory for copies: the private one uprobe-run keeps in /tmp, readable (not
+/// listable) by the process whatever its user.
+fn directory() -> io::Result<PathBuf> {
+    crate::base::runtime::shared_private_dir()
 }

@@ -15,10 +15,10 @@
 //!    whenever the agent writes a batch, relays the handlers' output, and on Ctrl-C, SIGTERM,
 //!    the end of `--duration` or the process's exit, ends it.
 //!
-//! The files import in one direction, bottom first: `request`, `ptrace`, `net` and `wire`
-//! (plain data and system calls); `error`; `target`; `symbols` and `stop`; `inject`;
-//! `copies` and `load`; `session`; this file. None imports the crate's `error` or
-//! `runtime` (which import `AttachError`): what they would give comes in the `Request`.
+//! The files import in one direction, bottom first: `request`, `ptrace` and `net` (plain
+//! data and system calls); `error`; `target`; `symbols` and `stop`; `inject`; `copies` and
+//! `load`; `session`; this file, which turns the plan into a `Request` (the definitions and
+//! aggregations as the run spec carries them, as a launch's) and serves `--serve`.
 
 mod copies;
 mod error;
@@ -31,10 +31,6 @@ mod session;
 mod stop;
 mod symbols;
 mod target;
-// Each side sends one half of the messages and decodes the other.
-#[allow(dead_code)]
-#[path = "../../../runtime/src/attach/wire.rs"]
-mod wire;
 
 pub use error::AttachError;
 pub use request::Request;
@@ -44,6 +40,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::base::error::Error;
+use crate::base::{check, runtime, sys};
+use crate::launch;
+use crate::output::serve;
+use crate::plan::{self, Output};
 use inject::{Arg, Hijacked};
 use stop::{Held, StopError};
 use target::{Mapping, Target};
@@ -51,22 +52,83 @@ use target::{Mapping, Target};
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
 
+/// Attaches as `plan` says, once the runtime and the handler libraries are checked, and runs
+/// the session; returns uprobe-run's exit status.
+pub fn run(plan: plan::Attach) -> Result<i32, Error> {
+    let (runtime, runtime_bytes) = runtime::for_attach()?;
+    let handlers = check::handlers(&plan.setup.handlers)?;
+    let switches = plan.setup.switches;
+    // The definitions, filters and aggregations as a launch passes them; an `--events` file
+    // is read here (the process reads no file of uprobe-run's), its definitions numbered
+    // after the `-e` ones as its filters are.
+    let mut spec = launch::event_spec(&plan.events)?;
+    spec.event_files.clear();
+    for file in &plan.events.files {
+        let text = std::fs::read(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
+        let text = String::from_utf8_lossy(&text);
+        spec.events.extend(uprobe_contracts::def::file_lines(&text).map(|(_, def)| def.to_owned()));
+    }
+    spec.aggregate = plan.aggregation.spec();
+    spec.list = plan.list.clone();
+    // `--serve`: served here while the session runs; the feed's other end goes to the process.
+    let serving = match &plan.serve {
+        Some(serve) => {
+            let (ours, theirs) = serve::socket_pair(&serve.addr)?;
+            let endpoint = serve::bind(&serve.addr)?;
+            let keys = serve.keys.unwrap_or(serve::metrics::DEFAULT_KEYS);
+            Some((serve::attached(endpoint, ours, keys), theirs, serve.linger))
+        }
+        None => None,
+    };
+    let request = Request {
+        pid: plan.pid,
+        runtime,
+        runtime_bytes,
+        handlers,
+        params: plan.setup.params.iter().map(|p| p.to_string()).collect(),
+        output: plan.setup.output.map(|output| match output {
+            Output::Stdout => PathBuf::from("-"),
+            Output::File(path) => path,
+        }),
+        options: switches.names().into_iter().map(String::from).collect(),
+        duration: plan.duration,
+        verbose: switches.verbose,
+        chrome: plan.events.format.is_some_and(|f| f.name() == "chrome"),
+        spec,
+        feed: serving.as_ref().map(|(_, theirs, _)| *theirs),
+    };
+    let status = attach(request);
+    if let Some((serving, theirs, linger)) = serving {
+        sys::close(theirs);
+        serving.finish(if status.is_ok() { linger } else { Duration::ZERO });
+    }
+    Ok(status?)
+}
+
+impl From<AttachError> for Error {
+    fn from(error: AttachError) -> Error {
+        Error::Attach(Box::new(error))
+    }
+}
+
 /// Attaches as `request` says and runs the session; returns uprobe-run's exit status.
-pub fn run(request: Request) -> Result<i32, AttachError> {
+fn attach(request: Request) -> Result<i32, AttachError> {
     let started = Instant::now();
     // First: a Ctrl-C from now on ends the session properly instead of killing uprobe-run
     // half-way through.
     let signals = net::signalfd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]).map_err(AttachError::Socket)?;
     let target = Target::open(request.pid)?;
-    if request.handlers.is_empty() && request.extra.is_empty() {
+    let events = &request.spec;
+    let more = !events.events.is_empty() || !events.aggregate.latency.is_empty() || events.list.is_some();
+    if request.handlers.is_empty() && !more {
         return Err(AttachError::NothingToDo { pid: target.pid });
     }
     // Libraries the process has already (its own run's) are loaded from copies.
     let mut request = request;
-    let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers, request.copies_dir)?;
+    let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
     // A listing goes to standard output, as a launch's does.
-    let listing = request.extra.iter().any(|(key, _)| key == "list");
+    let listing = request.spec.list.is_some();
     let out = session::Output::open(if listing { Some(std::path::Path::new("-")) } else { request.output.as_deref() })?;
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
@@ -120,7 +182,7 @@ fn pick_thread(
     let maps = target.maps()?;
     let code_of = |prefixes: &[&str]| -> Vec<&Mapping> {
         let named = |m: &&Mapping| prefixes.iter().any(|p| m.path.rsplit('/').next().unwrap_or("").starts_with(p));
-        maps.iter().filter(|m| m.perms.contains('x')).filter(named).collect()
+        maps.iter().filter(|m| m.exec).filter(named).collect()
     };
     let loader = code_of(&["ld-linux"]);
     let libc = code_of(&["libc.so", "libpthread"]);
@@ -272,9 +334,12 @@ mod tests {
         Mapping {
             start,
             end: start + 0x1000,
-            perms: "r-xp".into(),
+            read: true,
+            write: false,
+            exec: true,
+            shared: false,
             offset: 0,
-            dev: "08:01".into(),
+            dev: (8, 1),
             inode: 1,
             path: path.into(),
         }

@@ -1,8 +1,9 @@
 //! What the command line asks of an attach (plain data, the bottom of `attach`).
 
-use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use uprobe_contracts::spec::Spec;
 
 /// What the command line asks of an attach.
 pub struct Request {
@@ -19,13 +20,11 @@ pub struct Request {
     pub options: Vec<String>,
     pub duration: Option<Duration>,
     pub verbose: bool,
-    /// What the session runs besides handler libraries, as run spec records: definitions,
-    /// filters, stream and aggregation options, a listing.
-    pub extra: Vec<(String, std::ffi::OsString)>,
+    /// What the session runs besides handler libraries, as the run spec carries it:
+    /// definitions, filters, stream and aggregation options, a listing.
+    pub spec: Spec,
     /// `--format chrome`: the runtime's own lines come beside the trace, for stderr.
     pub chrome: bool,
-    /// Where copies of handler libraries the process has loaded already go (see `copies`).
-    pub copies_dir: fn() -> io::Result<PathBuf>,
     /// `--serve`: the process's end of the metrics feed, handed to it over the session.
     pub feed: Option<std::os::fd::RawFd>,
 }

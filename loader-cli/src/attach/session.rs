@@ -16,8 +16,8 @@ use crate::attach::net;
 use crate::attach::request::Request;
 use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
-use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
-use crate::launch;
+use crate::base::spec;
+use uprobe_contracts::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -95,7 +95,7 @@ pub fn output_checked(status: i32) -> i32 {
     let name = NAME.get().map_or("standard error", String::as_str);
     eprintln!(
         "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
-        crate::sys::describe(&error)
+        crate::base::error::describe(&error)
     );
     if status == 0 {
         74
@@ -192,10 +192,13 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let extra: Vec<(&str, std::ffi::OsString)> =
-            self.request.extra.iter().map(|(key, value)| (key.as_str(), value.clone())).collect();
-        let records =
-            launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &extra);
+        let params: Vec<(String, String)> = (self.request.params.iter())
+            .map(|p| p.split_once('=').map_or((p.clone(), String::new()), |(n, v)| (n.to_owned(), v.to_owned())))
+            .collect();
+        let switches: Vec<&str> = self.request.options.iter().map(String::as_str).collect();
+        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, self.request.spec.clone())
+            .and_then(|spec| spec::encode(&spec))
+            .map_err(|e| self.protocol(e.to_string()))?;
         if records.len() >= MAX_MESSAGE - 16 {
             return Err(self.protocol(format!(
                 "the session's definitions and options take {} bytes, over the {MAX_MESSAGE} one message carries",
@@ -311,8 +314,7 @@ impl Session {
                         self.relay(&ours);
                         self.wait_agent_gone(agent);
                         if functions == 0 {
-                            let pattern = self.request.extra.iter().find(|(k, _)| k == "list").map(|(_, v)| v);
-                            let pattern = pattern.map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+                            let pattern = self.request.spec.list.clone().unwrap_or_default();
                             eprintln!("uprobe-run: no function matches {pattern}");
                             return Ok(1);
                         }

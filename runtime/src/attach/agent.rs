@@ -24,7 +24,7 @@ use crate::attach::channel::{Channel, RecvError};
 use crate::attach::hold;
 use crate::attach::session::{LoadError, Session, Started};
 use crate::attach::wire::{FromAgent, ToAgent};
-use crate::base::spec::Spec;
+use crate::base::spec::{self, Spec};
 use crate::base::sys::{self, Errno};
 use crate::base::{output, params, route, socket};
 use crate::insn::vector;
@@ -183,7 +183,7 @@ fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
         }
     };
     match message {
-        Ok((ToAgent::Spec(text), Some(fd))) => match Spec::parse(&text) {
+        Ok((ToAgent::Spec(text), Some(fd))) => match spec::decode(&text) {
             Ok(mut spec) => {
                 spec.aggregate.feed = feed;
                 Some((spec, fd))

@@ -54,7 +54,7 @@ unsafe fn raw(nr: libc::c_long, args: [usize; 6]) -> isize {
 /// A counted raw call; `Err(errno)` for the kernel's negative returns.
 ///
 /// # Safety
-/// As [`raw`].
+/// As `raw`.
 pub unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
     stats::count_syscall(kind);
     // SAFETY: the caller's promise, passed on.
@@ -195,16 +195,6 @@ pub fn mmap_shared_reserve(len: usize) -> Result<usize, Errno> {
     let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as usize;
     // SAFETY: an anonymous mapping with no fixed address touches no existing memory.
     unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, usize::MAX, 0]) }
-}
-
-/// Gives the pages of `[addr, addr + len)` back to the kernel (MADV_DONTNEED: a private
-/// anonymous mapping reads as zeros afterwards).
-///
-/// # Safety
-/// Nothing may rely on the range's contents any more.
-pub unsafe fn discard(addr: usize, len: usize) {
-    // SAFETY: the caller gives up the contents; the mapping stays.
-    let _ = unsafe { call(Call::Other, libc::SYS_madvise, [addr, len, libc::MADV_DONTNEED as usize, 0, 0, 0]) };
 }
 
 /// Makes the pages of `[addr, addr + len)` present and writable without changing their

@@ -12,6 +12,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use crate::base::stats::Call;
 use crate::base::sys;
 use crate::probe::thread;
 
@@ -466,6 +467,8 @@ pub fn release_pages() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);
     }
-    // SAFETY: the rings are empty and nothing writes them until a later `init`.
-    unsafe { sys::discard(first.data, sys::page_ceil(pool.rings.len() * pool.size)) };
+    let (at, len) = (first.data, sys::page_ceil(pool.rings.len() * pool.size));
+    // SAFETY: MADV_DONTNEED on the rings' own reservation (private, anonymous: it reads as
+    // zeros after); they are empty and nothing writes them until a later `init`.
+    let _ = unsafe { sys::call(Call::Other, libc::SYS_madvise, [at, len, libc::MADV_DONTNEED as usize, 0, 0, 0]) };
 }

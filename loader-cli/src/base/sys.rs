@@ -33,15 +33,6 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// An I/O error without the trailing `(os error N)`: "Permission denied".
-pub fn describe(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) if text.ends_with(')') => text[..at].to_owned(),
-        _ => text,
-    }
-}
-
 /// Closes `fd`, a descriptor this process made and owns alone.
 pub fn close(fd: i32) {
     // SAFETY: close(2) on a descriptor nothing else refers to.
