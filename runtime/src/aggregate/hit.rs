@@ -53,9 +53,8 @@ static OLD_LEN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsiz
 fn unblocked_counter(index: usize) -> Option<&'static AtomicU64> {
     let at = UNBLOCKED.load(Ordering::Acquire);
     let events = plan::plans().map_or(0, |p| p.events.len());
-    // SAFETY: made for every event before any probe of theirs is placed, freed only when a
-    // later attach session replaces them (see `init_unblocked`); `index` is checked against
-    // the events' number.
+    // SAFETY: one per event, made before their probes, freed only when a later session
+    // replaces them (see `init_unblocked`); `index` is checked against the events' number.
     (!at.is_null() && index < events).then(|| unsafe { &*at.add(index) })
 }
 
