@@ -53,6 +53,6 @@ fn run() -> Result<Infallible, Error> {
         }
         Plan::Launch(launch) => launch::run(*launch),
         Plan::List(list) => list::run(list),
-        Plan::Attach(attach) => std::process::exit(attach::run(attach)?),
+        Plan::Attach(attach) => std::process::exit(attach::run(*attach)?),
     }
 }

@@ -432,7 +432,6 @@ fn refusals_are_one_line_before_the_program_starts() {
         (vec!["--serve", "localhost", "-e", &def, "--count", prog, "gated"], "--serve localhost: not HOST:PORT"),
         (vec!["--serve", "127.0.0.1:1", "-e", &def, prog, "gated"], "--serve: serves aggregations"),
         (vec!["--serve", "127.0.0.1:1", "-e", &def, "--count", "--top", "2", prog, "gated"], "--top: not with --serve"),
-        (vec!["--serve", "127.0.0.1:1", "--latency", "nap", "--pid", "1"], "--serve: not with --pid yet"),
         (vec!["--serve-keys", "5", "-e", &def, "--count", prog, "gated"], "--serve-keys: "),
         (
             vec!["--serve", "/nonexistent-dir/m.sock", "-e", &def, "--count", prog, "gated"],

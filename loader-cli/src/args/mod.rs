@@ -46,8 +46,10 @@ runtime into it (if it is not there), runs the handlers' uprobe_init there and s
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
 0 after a detach, 127 if a uprobe_init failed, 74 if the output could not all be written,
-2 for a refusal (nothing was changed). Events, aggregations and --list are for programs
-uprobe-run starts.
+2 for a refusal (nothing was changed). Definitions (-e, --events), aggregations,
+--format, --buffer-size and --lenient work with --pid as in a launch: records and reports
+come over the session, the final report when it ends; -l [PATTERN] --pid PID lists what
+the process has mapped now.
 
 Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
@@ -244,7 +246,8 @@ pub struct Cli {
     pub serve_linger: Option<u64>,
 
     /// List the functions that can be probed in PROGRAM and the libraries it loads, with
-    /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
+    /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM; or in a running
+    /// process, what it has mapped now: uprobe-run -l [PATTERN] --pid PID.
     #[arg(short = 'l', long, help_heading = heading::MODES)]
     pub list: bool,
 

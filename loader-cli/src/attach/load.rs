@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use super::error::AttachError;
 use super::inject::{Arg, Hijacked};
+use super::net;
+use super::symbols::function_in;
 use super::target::{Mapping, Target, MEMFD_PREFIX};
-use super::{function_in, net};
 
 const MFD_CLOEXEC: u64 = 1;
 const MFD_ALLOW_SEALING: u64 = 2;

@@ -14,6 +14,11 @@
 //! 4. `session` runs the session with the agent: it stops the threads
 //!    whenever the agent writes a batch, relays the handlers' output, and on Ctrl-C, SIGTERM,
 //!    the end of `--duration` or the process's exit, ends it.
+//!
+//! The files import in one direction, bottom first: `request`, `ptrace` and `net` (plain
+//! data and system calls); `error`; `target`; `symbols` and `stop`; `inject`; `copies` and
+//! `load`; `session`; this file, which turns the plan into a `Request` (the definitions and
+//! aggregations as the run spec carries them, as a launch's) and serves `--serve`.
 
 mod copies;
 mod error;
@@ -21,13 +26,14 @@ mod inject;
 mod load;
 mod net;
 mod ptrace;
+mod request;
 mod session;
 mod stop;
 mod symbols;
 mod target;
 
 pub use error::AttachError;
-use uprobe_contracts::wire;
+pub use request::Request;
 
 use std::borrow::Cow;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -35,29 +41,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::base::error::Error;
-use crate::base::{check, runtime};
+use crate::base::{check, runtime, sys};
+use crate::launch;
+use crate::output::serve;
 use crate::plan::{self, Output};
 use inject::{Arg, Hijacked};
 use stop::{Held, StopError};
 use target::{Mapping, Target};
-
-/// What the command line asks of an attach.
-#[derive(Debug)]
-pub struct Request {
-    pub pid: i32,
-    /// The runtime's name, for messages (a path, or where it is carried).
-    pub runtime: PathBuf,
-    /// The runtime's bytes (see `load`).
-    pub runtime_bytes: Vec<u8>,
-    /// Absolute paths.
-    pub handlers: Vec<PathBuf>,
-    pub params: Vec<String>,
-    pub output: Option<PathBuf>,
-    /// Runtime options (`no-optimize`, `verbose`, `stats`, `full-vector-state`).
-    pub options: Vec<String>,
-    pub duration: Option<Duration>,
-    pub verbose: bool,
-}
 
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
@@ -68,6 +58,28 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
     let (runtime, runtime_bytes) = runtime::for_attach()?;
     let handlers = check::handlers(&plan.setup.handlers)?;
     let switches = plan.setup.switches;
+    // The definitions, filters and aggregations as a launch passes them; an `--events` file
+    // is read here (the process reads no file of uprobe-run's), its definitions numbered
+    // after the `-e` ones as its filters are.
+    let mut spec = launch::event_spec(&plan.events)?;
+    spec.event_files.clear();
+    for file in &plan.events.files {
+        let text = std::fs::read(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
+        let text = String::from_utf8_lossy(&text);
+        spec.events.extend(uprobe_contracts::def::file_lines(&text).map(|(_, def)| def.to_owned()));
+    }
+    spec.aggregate = plan.aggregation.spec();
+    spec.list = plan.list.clone();
+    // `--serve`: served here while the session runs; the feed's other end goes to the process.
+    let serving = match &plan.serve {
+        Some(serve) => {
+            let (ours, theirs) = serve::socket_pair(&serve.addr)?;
+            let endpoint = serve::bind(&serve.addr)?;
+            let keys = serve.keys.unwrap_or(serve::metrics::DEFAULT_KEYS);
+            Some((serve::attached(endpoint, ours, keys), theirs, serve.linger))
+        }
+        None => None,
+    };
     let request = Request {
         pid: plan.pid,
         runtime,
@@ -81,8 +93,16 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
         options: switches.names().into_iter().map(String::from).collect(),
         duration: plan.duration,
         verbose: switches.verbose,
+        chrome: plan.events.format.is_some_and(|f| f.name() == "chrome"),
+        spec,
+        feed: serving.as_ref().map(|(_, theirs, _)| *theirs),
     };
-    Ok(attach(request)?)
+    let status = attach(request);
+    if let Some((serving, theirs, linger)) = serving {
+        sys::close(theirs);
+        serving.finish(if status.is_ok() { linger } else { Duration::ZERO });
+    }
+    Ok(status?)
 }
 
 impl From<AttachError> for Error {
@@ -98,7 +118,9 @@ fn attach(request: Request) -> Result<i32, AttachError> {
     // half-way through.
     let signals = net::signalfd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]).map_err(AttachError::Socket)?;
     let target = Target::open(request.pid)?;
-    if request.handlers.is_empty() {
+    let events = &request.spec;
+    let more = !events.events.is_empty() || !events.aggregate.latency.is_empty() || events.list.is_some();
+    if request.handlers.is_empty() && !more {
         return Err(AttachError::NothingToDo { pid: target.pid });
     }
     // Libraries the process has already (its own run's) are loaded from copies.
@@ -106,7 +128,9 @@ fn attach(request: Request) -> Result<i32, AttachError> {
     let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
     copies::check_reachable(target.pid, &request.handlers)?;
-    let out = session::Output::open(request.output.as_deref())?;
+    // A listing goes to standard output, as a launch's does.
+    let listing = request.spec.list.is_some();
+    let out = session::Output::open(if listing { Some(std::path::Path::new("-")) } else { request.output.as_deref() })?;
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
     let mut pause = session::Pause::default();
@@ -185,13 +209,6 @@ fn pick_thread(
         }
     }
     Err(AttachError::NoSafeThread { pid: target.pid })
-}
-
-/// The run-time address of function `name` of the file mapped at `first`.
-fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<Option<u64>, AttachError> {
-    let file = target.file(first);
-    let found = symbols::lookup(&file, name).map_err(|e| target.changed().unwrap_or(e))?;
-    Ok(found.map(|(value, base)| symbols::runtime_address(first, value, base)))
 }
 
 /// The bytes of the runtime the process has mapped at `first` (to find its entry point), as

@@ -114,7 +114,7 @@ pub fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
             libc::sigaddset(&mut set, s);
         }
         check(libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()))?;
-        check(libc::signalfd(-1, &set, libc::SFD_CLOEXEC)).map(owned)
+        check(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)).map(owned)
     }
 }
 

@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::attach::error::AttachError;
+use crate::attach::net;
+use crate::attach::request::Request;
 use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
-use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
-use crate::attach::{net, Request};
 use crate::base::spec;
-use uprobe_contracts::spec::Spec;
+use uprobe_contracts::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -35,6 +35,9 @@ const AGENT_END_TIMEOUT: Duration = Duration::from_secs(2);
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long the target's threads run between two stops when one sat where a jump goes.
 const RESTOP_GAP: Duration = Duration::from_millis(1);
+/// The first byte of an output message that is one of the runtime's lines for stderr
+/// (`base::output::ASIDE`).
+const ASIDE: u8 = 1;
 /// The output socket's send buffer in the target: lines wait there while uprobe-run is busy.
 const OUTPUT_BUFFER: libc::c_int = 1 << 20;
 
@@ -193,10 +196,19 @@ impl Session {
             .map(|p| p.split_once('=').map_or((p.clone(), String::new()), |(n, v)| (n.to_owned(), v.to_owned())))
             .collect();
         let switches: Vec<&str> = self.request.options.iter().map(String::as_str).collect();
-        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, Spec::default())
+        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, self.request.spec.clone())
             .and_then(|spec| spec::encode(&spec))
             .map_err(|e| self.protocol(e.to_string()))?;
+        if records.len() >= MAX_MESSAGE - 16 {
+            return Err(self.protocol(format!(
+                "the session's definitions and options take {} bytes, over the {MAX_MESSAGE} one message carries",
+                records.len()
+            )));
+        }
         let records = records.to_string_lossy().into_owned();
+        if let Some(feed) = self.request.feed {
+            self.send(&ToAgent::Feed, Some(feed))?;
+        }
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);
         let pidfd = net::pidfd(self.pid()).map_err(AttachError::Socket)?;
@@ -292,6 +304,22 @@ impl Session {
                         self.wait_agent_gone(agent);
                         return Ok(INIT_FAILED);
                     }
+                    Some(FromAgent::Refused { line }) => {
+                        self.relay(&ours);
+                        eprintln!("uprobe-run: process {pid}: {line}");
+                        self.wait_agent_gone(agent);
+                        return Ok(REFUSED);
+                    }
+                    Some(FromAgent::Listed { functions }) => {
+                        self.relay(&ours);
+                        self.wait_agent_gone(agent);
+                        if functions == 0 {
+                            let pattern = self.request.spec.list.clone().unwrap_or_default();
+                            eprintln!("uprobe-run: no function matches {pattern}");
+                            return Ok(1);
+                        }
+                        return Ok(0);
+                    }
                     Some(FromAgent::Detached { probes, notes }) => {
                         self.relay(&ours);
                         for note in notes {
@@ -333,11 +361,17 @@ impl Session {
 
     /// Writes out every output message waiting.
     fn relay(&mut self, ours: &OwnedFd) {
-        while let Ok(Some(bytes)) = net::try_recv(ours.as_raw_fd(), MAX_MESSAGE) {
+        while let Ok(Some(bytes)) = net::try_recv(ours.as_raw_fd(), OUTPUT_BUFFER as usize) {
             if bytes.is_empty() {
                 break;
             }
-            self.out.write(&bytes);
+            // A Chrome trace is one JSON document: the runtime's lines come marked, for stderr.
+            match bytes.split_first() {
+                Some((&ASIDE, line)) if self.request.chrome => {
+                    let _ = std::io::stderr().write_all(line);
+                }
+                _ => self.out.write(&bytes),
+            }
         }
     }
 

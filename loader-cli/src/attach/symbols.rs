@@ -7,7 +7,7 @@ use object::{Object, ObjectSegment};
 use uprobe_contracts::elf;
 
 use crate::attach::error::AttachError;
-use crate::attach::target::Mapping;
+use crate::attach::target::{Mapping, Target};
 
 /// The value of the defined function symbol `name` in the ELF file at `path` (its dynamic
 /// symbols first, then its symbol table), and the lowest address its segments load at.
@@ -52,4 +52,11 @@ pub fn find_code(path: &Path, needle: &[u8]) -> Result<Option<(u64, u64)>, Attac
 /// `base`), given the file's mapping at offset 0.
 pub fn runtime_address(first: &Mapping, value: u64, base: u64) -> u64 {
     first.start + (value - base)
+}
+
+/// The run-time address of function `name` of the file mapped at `first`.
+pub fn function_in(target: &Target, first: &Mapping, name: &'static str) -> Result<Option<u64>, AttachError> {
+    let file = target.file(first);
+    let found = lookup(&file, name).map_err(|e| target.changed().unwrap_or(e))?;
+    Ok(found.map(|(value, base)| runtime_address(first, value, base)))
 }

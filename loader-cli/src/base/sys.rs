@@ -32,3 +32,9 @@ pub fn uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
     unsafe { libc::getuid() }
 }
+
+/// Closes `fd`, a descriptor this process made and owns alone.
+pub fn close(fd: i32) {
+    // SAFETY: close(2) on a descriptor nothing else refers to.
+    unsafe { libc::close(fd) };
+}

@@ -142,8 +142,8 @@ pub fn start(start: Start) -> Result<Infallible, Error> {
     }
 }
 
-/// The event options as the run specification carries them.
-fn event_spec(events: &Events) -> Result<Spec, Error> {
+/// The event options as the run specification carries them (an attach's too).
+pub fn event_spec(events: &Events) -> Result<Spec, Error> {
     Ok(Spec {
         events: events.definitions.clone(),
         event_files: events.files.iter().map(|f| spec::spec_text(f)).collect::<Result<_, _>>()?,

@@ -42,7 +42,7 @@ pub enum Plan {
     /// `-l`: list what can be probed in a program.
     List(List),
     /// `--pid`: attach to a running process.
-    Attach(Attach),
+    Attach(Box<Attach>),
 }
 
 /// What every mode hands the runtime: the handler libraries, their parameters, the output,
@@ -225,18 +225,24 @@ pub struct List {
     pub args: Vec<OsString>,
 }
 
-/// `--pid PID`.
+/// `--pid PID`: everything a launch takes but what only a program uprobe-run starts can
+/// use, and `-l [PATTERN] --pid PID`.
 #[derive(Debug)]
 pub struct Attach {
     pub pid: i32,
     pub setup: Setup,
     /// `--duration`: detach after this long.
     pub duration: Option<Duration>,
+    pub events: Events,
+    pub aggregation: Aggregation,
+    pub serve: Option<Serve>,
+    /// `-l [PATTERN] --pid PID`: list what the process has mapped (the pattern, or empty).
+    pub list: Option<String>,
 }
 
 impl Plan {
     /// The plan for `cli`, or the one line refusing it.
-    pub fn new(cli: Cli) -> Result<Plan, Error> {
+    pub fn new(mut cli: Cli) -> Result<Plan, Error> {
         if cli.version {
             return Ok(Plan::Version);
         }
@@ -259,21 +265,14 @@ impl Plan {
         let output = cli.output.clone().or(config.output).map(Output::new);
         let setup = Setup { handlers, params, output, switches };
 
-        if let Some(pid) = cli.pid {
-            return attach(pid, cli, setup, &aggregation).map(Plan::Attach);
+        if let Some(pid) = cli.pid.or_else(|| listed_pid(&mut cli)) {
+            return attach(pid, cli, setup, aggregation).map(|a| Plan::Attach(Box::new(a)));
         }
         if cli.duration.is_some() {
             return Err(Error::DurationWithoutPid);
         }
         let events = events(&cli, &aggregation)?;
-        let serve = match &cli.serve {
-            Some(addr) => Some(Serve {
-                addr: ServeAddr::parse(addr)?,
-                keys: cli.serve_keys.map(|n| n as usize),
-                linger: Duration::from_nanos(cli.serve_linger.unwrap_or(0)),
-            }),
-            None => None,
-        };
+        let serve = serve(&cli)?;
         if cli.list {
             let (pattern, command) = list_arguments(&cli.command)?;
             let (program, args) = command.split_first().ok_or(Error::NoProgram)?;
@@ -286,30 +285,42 @@ impl Plan {
     }
 }
 
-/// `--pid`: what only a launch can use is refused.
-fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: &Aggregation) -> Result<Attach, Error> {
-    for (given, option) in [
-        (!cli.events.is_empty(), "-e"),
-        (!cli.event_files.is_empty(), "--events"),
-        (!cli.filters.is_empty(), "--filter"),
-        (cli.max_events.is_some(), "--max-events"),
-        (!cli.triggers.is_empty(), "--trigger"),
-        (cli.list, "--list"),
-        (cli.format.is_some(), "--format"),
-        (cli.buffer_size.is_some(), "--buffer-size"),
-        (!aggregation.is_empty(), "--count/--hist/--lhist/--latency"),
-    ] {
-        if given {
-            return Err(Error::NotWithPid(option));
-        }
+/// `--serve` and its options, checked.
+fn serve(cli: &Cli) -> Result<Option<Serve>, Error> {
+    Ok(match &cli.serve {
+        Some(addr) => Some(Serve {
+            addr: ServeAddr::parse(addr)?,
+            keys: cli.serve_keys.map(|n| n as usize),
+            linger: Duration::from_nanos(cli.serve_linger.unwrap_or(0)),
+        }),
+        None => None,
+    })
+}
+
+/// `-l [PATTERN] --pid PID`: the words after `-l` are read as a program, so a `--pid` among
+/// them is found here (and taken out).
+fn listed_pid(cli: &mut Cli) -> Option<i32> {
+    if !cli.list {
+        return None;
     }
+    let words: Vec<&str> = cli.command.iter().map(|w| w.to_str().unwrap_or("")).collect();
+    let (at, pid) = match words.as_slice() {
+        [flag, pid] | [_, flag, pid] if matches!(*flag, "-p" | "--pid") => (words.len() - 2, *pid),
+        [flag] | [_, flag] if flag.starts_with("--pid=") => (words.len() - 1, &flag["--pid=".len()..]),
+        _ => return None,
+    };
+    let pid = pid.parse().ok()?;
+    cli.command.truncate(at);
+    Some(pid)
+}
+
+/// `--pid`: every option of a launch, but those that apply to a program uprobe-run starts
+/// (refused, named); with `-l`, the pattern.
+fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: Aggregation) -> Result<Attach, Error> {
     let duration = match cli.duration {
         Some(d) if !(d >= 0.0 && d.is_finite()) => return Err(Error::BadDuration(d)),
         d => d.map(Duration::from_secs_f64),
     };
-    if !cli.command.is_empty() {
-        return Err(Error::PidAndProgram);
-    }
     for (on, flag) in
         [(setup.switches.follow_exec, "--follow-exec"), (setup.switches.no_follow_fork, "--no-follow-fork")]
     {
@@ -317,7 +328,26 @@ fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: &Aggregation) -> Result
             return Err(Error::NotWithPid(flag));
         }
     }
-    Ok(Attach { pid, setup, duration })
+    let list = match (cli.list, cli.command.as_slice()) {
+        (true, []) => Some(String::new()),
+        (true, [pattern]) => {
+            let pattern = pattern.to_str().ok_or(Error::List("the PATTERN is not UTF-8"))?;
+            if pattern.contains('\n') {
+                return Err(Error::List("the PATTERN contains a newline"));
+            }
+            Some(pattern.to_owned())
+        }
+        (false, []) => None,
+        _ => return Err(Error::PidAndProgram),
+    };
+    // A listing runs no handler library.
+    let setup = match list {
+        Some(_) => Setup { handlers: Vec::new(), ..setup },
+        None => setup,
+    };
+    let events = events(&cli, &aggregation)?;
+    let serve = serve(&cli)?;
+    Ok(Attach { pid, setup, duration, events, aggregation, serve, list })
 }
 
 /// The event options of a launch, checked.
@@ -377,9 +407,6 @@ fn check_serve(cli: &Cli, aggregating: bool) -> Result<(), Error> {
             return refuse("--serve-linger", "applies to --serve: it needs --serve");
         }
         return Ok(());
-    }
-    if cli.pid.is_some() {
-        return refuse("--serve", "not with --pid yet: an attach session does not carry aggregations");
     }
     if cli.list {
         return refuse("--serve", "serves a run's aggregations, not a listing");

@@ -101,6 +101,18 @@ pub enum FromAgent {
         /// Why, in one line.
         line: String,
     },
+    /// What the session asks cannot be done in this process (a definition that does not
+    /// resolve, an option that does not apply): `line` names it; nothing of it stays. The
+    /// agent then ends as after a detach.
+    Refused {
+        /// What, in one line.
+        line: String,
+    },
+    /// The listing the session asked for is written; the agent ends.
+    Listed {
+        /// Functions listed (lines).
+        functions: usize,
+    },
     /// The session's handler libraries ran `uprobe_exit`, their probes are removed: the agent
     /// ends. `notes`: what the user should know (libraries left loaded, and why).
     Detached {
@@ -119,6 +131,9 @@ pub enum ToAgent {
     /// The session: handler libraries, parameters and options as `UPROBE_RUN_SPEC` records
     /// (see [`crate::spec`]); the message carries the output's descriptor.
     Spec(String),
+    /// Before the spec, with `--serve`: the message carries the metrics feed's descriptor
+    /// (the spec's aggregations answer on it, as a launch's `feed` record says).
+    Feed,
     /// Every other thread is stopped; where each resumes (see `probe::world::World::stop`).
     Stopped(Vec<usize>),
     /// The threads could not be stopped (the reason is for the record).
@@ -152,6 +167,8 @@ impl FromAgent {
             FromAgent::Resume => RESUME.into(),
             FromAgent::Ready { libraries, probes, jumps } => format!("ready\t{libraries}\t{probes}\t{jumps}"),
             FromAgent::Failed { line } => format!("failed\t{}", one_line(line)),
+            FromAgent::Refused { line } => format!("refused\t{}", one_line(line)),
+            FromAgent::Listed { functions } => format!("listed\t{functions}"),
             FromAgent::Detached { probes, notes } => {
                 let mut text = format!("detached\t{probes}");
                 for note in notes {
@@ -189,6 +206,8 @@ impl FromAgent {
             ("ready", 3) => FromAgent::Ready { libraries: num(0)?, probes: num(1)?, jumps: num(2)? },
             _ if f.iter().any(|field| field.contains('\n')) => return None,
             ("failed", 1) => FromAgent::Failed { line: f[0].into() },
+            ("refused", 1) => FromAgent::Refused { line: f[0].into() },
+            ("listed", 1) => FromAgent::Listed { functions: num(0)? },
             ("detached", n) if n >= 1 => {
                 FromAgent::Detached { probes: num(0)?, notes: f[1..].iter().map(|s| s.to_string()).collect() }
             }
@@ -210,6 +229,7 @@ impl ToAgent {
             ToAgent::Unstoppable(why) => format!("unstoppable\t{}", one_line(why)),
             ToAgent::Resumed => RESUMED.into(),
             ToAgent::Detach => "detach\0".into(),
+            ToAgent::Feed => "feed\0".into(),
         };
         if !text.ends_with('\0') {
             text.push('\0');
@@ -230,6 +250,7 @@ impl ToAgent {
             ("unstoppable", 1) if !f[0].contains('\n') => ToAgent::Unstoppable(f[0].into()),
             ("resumed", 0) => ToAgent::Resumed,
             ("detach", 0) => ToAgent::Detach,
+            ("feed", 0) => ToAgent::Feed,
             _ => return None,
         })
     }
@@ -250,6 +271,8 @@ mod tests {
             FromAgent::Resume,
             FromAgent::Ready { libraries: 2, probes: 2126, jumps: 2034 },
             FromAgent::Failed { line: "/h.so: uprobe_init() failed, returned -22".into() },
+            FromAgent::Refused { line: "-e 'p nosuch': no function".into() },
+            FromAgent::Listed { functions: 2583 },
             FromAgent::Detached { probes: 3, notes: vec!["/h.so stays loaded".into()] },
             FromAgent::Detached { probes: 0, notes: vec![] },
             FromAgent::Exiting,
@@ -264,6 +287,7 @@ mod tests {
             ToAgent::Unstoppable("thread 7 is traced by 99".into()),
             ToAgent::Resumed,
             ToAgent::Detach,
+            ToAgent::Feed,
         ];
         for m in to {
             assert_eq!(ToAgent::decode(&m.encode()), Some(m));

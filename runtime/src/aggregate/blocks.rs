@@ -16,8 +16,7 @@
 //! Context: [`mine`] and [`Block`]'s writers run on the hit path; [`after_fork`] in a child;
 //! the rest at start-up and in reports.
 
-use core::cell::Cell;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::aggregate::plan::{Layout, KEY_SLOTS};
 use crate::base::sys;
@@ -47,16 +46,41 @@ pub struct Pool {
 
 static POOL: AtomicPtr<Pool> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The calling thread's block, or NONE_YET / NONE_TO_BE_HAD: a word of its runtime state,
-/// which the hit path reaches without a call into the dynamic loader (see `probe::thread`).
-fn my_word() -> &'static Cell<usize> {
-    &thread::current().block
+/// The pool's generation: a new one for each run of aggregations (an attach session's
+/// starts afresh).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's block, or NONE_YET / NONE_TO_BE_HAD: kept in the thread's state
+/// (`probe::thread`), which a hit reaches without allocating even in a runtime loaded into
+/// a running process.
+#[inline(always)]
+fn mine_word() -> usize {
+    let (generation, b) = thread::current().block.get();
+    if generation == GENERATION.load(Ordering::Relaxed) {
+        b
+    } else {
+        NONE_YET
+    }
+}
+
+fn set_mine(b: usize) {
+    thread::current().block.set((GENERATION.load(Ordering::Relaxed), b));
 }
 
 /// Reserves the blocks (start-up, before any probe is placed).
 pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
     let stride = sys::page_ceil(layout.words * 8);
     let base = sys::mmap_shared_reserve(THREADS * stride)?;
+    // An earlier run's blocks (an attach session that ended: its probes are gone, a grace
+    // period passed, its reports are written) are given back.
+    let old = POOL.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: made by Box::into_raw below; no hit or report reads it any more (above).
+        let old = unsafe { Box::from_raw(old) };
+        // SAFETY: the blocks' reservation, which nothing references any more.
+        unsafe { sys::munmap(old.base, THREADS * old.stride) };
+    }
+    GENERATION.fetch_add(1, Ordering::SeqCst);
     POOL.store(Box::into_raw(Box::new(Pool { base, stride, names })), Ordering::Release);
     Ok(())
 }
@@ -193,7 +217,7 @@ impl Block {
 /// The calling thread's block, claimed at its first hit (hit path).
 #[inline(always)]
 pub fn mine() -> Option<Block> {
-    match my_word().get() {
+    match mine_word() {
         NONE_YET => {
             // Claiming is no hit-path code: it may use the vector registers.
             let mut claimed = None;
@@ -226,7 +250,7 @@ fn claim() -> Option<Block> {
         })
     });
     let Some(i) = found else {
-        my_word().set(NONE_TO_BE_HAD);
+        set_mine(NONE_TO_BE_HAD);
         return None;
     };
     let b = block(i);
@@ -237,7 +261,7 @@ fn claim() -> Option<Block> {
     b.set(at + 1, u64::from_le_bytes(name[..8].try_into().unwrap_or_default()));
     b.set(at + 2, u64::from_le_bytes(name[8..].try_into().unwrap_or_default()));
     b.word(CLAIMS).store(claims + 1, Ordering::Release);
-    my_word().set(b.0);
+    set_mine(b.0);
     Some(b)
 }
 
@@ -253,5 +277,5 @@ pub fn used() -> Vec<Block> {
 /// In the child of `fork`: the forking thread's block is its parent thread's, which goes on
 /// counting there; the child's thread claims its own at its next hit.
 pub fn after_fork() {
-    my_word().set(NONE_YET);
+    set_mine(NONE_YET);
 }

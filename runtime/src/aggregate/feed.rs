@@ -69,6 +69,7 @@ pub fn start(fd: i32) {
         return;
     }
     OWNER.store(sys::getpid(), Ordering::Relaxed);
+    ENDED.store(false, Ordering::SeqCst);
     extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
         core::mem::forget(deferred::Inside::enter());
         let Some(fd) = feed::fd() else { return core::ptr::null_mut() };
@@ -81,6 +82,11 @@ pub fn start(fd: i32) {
             if !send(&answer(false), u64::MAX) {
                 break;
             }
+        }
+        // An attach session's feed ended (see `close`): the descriptor is this thread's to
+        // close, once it reads it no more.
+        if ENDED.load(Ordering::Acquire) && feed::release(fd) && THREAD.swap(false, Ordering::SeqCst) {
+            world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
         }
         core::ptr::null_mut()
     }
@@ -106,4 +112,14 @@ pub fn end() {
     deferred::inside(|| {
         send(&answer(true), clock::monotonic_ns() + PATIENCE_NS);
     });
+}
+
+/// The end of an attach session's aggregations: the last numbers sent ([`end`]), then the
+/// feed shut down, so that its thread wakes, closes it and ends (a later session brings a
+/// feed of its own).
+pub fn close() {
+    end();
+    if let Some(fd) = feed::fd() {
+        feed::shutdown(fd);
+    }
 }

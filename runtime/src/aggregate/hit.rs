@@ -38,14 +38,24 @@ pub static INTERVALS: AtomicBool = AtomicBool::new(false);
 /// Makes the per-event counters of hits without a block (start-up).
 pub fn init_unblocked(events: usize) {
     let counters: Box<[AtomicU64]> = (0..events).map(|_| AtomicU64::new(0)).collect();
-    UNBLOCKED.store(Box::leak(counters).as_mut_ptr(), Ordering::Release);
+    let counters = Box::leak(counters);
+    let old = UNBLOCKED.swap(counters.as_mut_ptr(), Ordering::AcqRel);
+    let old_len = OLD_LEN.swap(counters.len(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the counters of an attach session before this one, leaked above with
+        // `old_len` of them; nothing counts or reads them any more (see `plan::publish`).
+        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(old, old_len)) });
+    }
 }
+
+/// How many counters `UNBLOCKED` points to.
+static OLD_LEN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
 fn unblocked_counter(index: usize) -> Option<&'static AtomicU64> {
     let at = UNBLOCKED.load(Ordering::Acquire);
     let events = plan::plans().map_or(0, |p| p.events.len());
-    // SAFETY: made for every event at start-up and never freed; `index` is checked against
-    // the events' number.
+    // SAFETY: one per event, made before their probes, freed only when a later session
+    // replaces them (see `init_unblocked`); `index` is checked against the events' number.
     (!at.is_null() && index < events).then(|| unsafe { &*at.add(index) })
 }
 

@@ -401,15 +401,22 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
 
 static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Publishes the run's plans (start-up, once, before any probe of theirs is placed).
+/// Publishes the run's plans (start-up, before any probe of theirs is placed). A later
+/// attach session's replace those of the session before, which are freed (as its events
+/// are, see `trace::events::publish`).
 pub fn publish(plans: Plans) {
-    PLANS.store(Box::into_raw(Box::new(plans)), Ordering::Release);
+    let old = PLANS.swap(Box::into_raw(Box::new(plans)), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: made by Box::into_raw above; no hit, report or feed reads it any more.
+        drop(unsafe { Box::from_raw(old) });
+    }
 }
 
 /// The run's plans, once published (signal-safe).
 #[inline(always)]
 pub fn plans() -> Option<&'static Plans> {
-    // SAFETY: published once and never freed or changed.
+    // SAFETY: published before any probe of theirs is placed, never changed, and freed only
+    // when a later attach session replaces them, once nothing reaches them (see `publish`).
     unsafe { PLANS.load(Ordering::Acquire).as_ref() }
 }
 

@@ -17,7 +17,7 @@
 //! the end of the run (normal or fatal-signal context).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
 use crate::aggregate::merge::{self, Snapshot};
@@ -41,6 +41,9 @@ const GRACE_NS: u64 = 1_000_000;
 /// The process that made the blocks, which alone reports.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 static FINISHED: AtomicBool = AtomicBool::new(false);
+/// The run of reports (an attach session's are a run of their own): an interval thread
+/// ends with its run.
+static RUN: AtomicU32 = AtomicU32::new(0);
 /// Whether the interval thread runs (in this process).
 static INTERVAL_THREAD: AtomicBool = AtomicBool::new(false);
 /// The first calibration point of `clock::ticks` (ticks, ns).
@@ -71,6 +74,8 @@ static STATE: Mutex<Option<Reporter>> = Mutex::new(None);
 /// program was reached by an exec that uprobe-run followed.
 pub fn start(followed_exec: bool) {
     OWNER.store(sys::getpid(), Ordering::Relaxed);
+    RUN.fetch_add(1, Ordering::SeqCst);
+    FINISHED.store(false, Ordering::SeqCst);
     let now = clock::monotonic_ns();
     let mut r = Reporter::new(now);
     if followed_exec {
@@ -145,6 +150,7 @@ fn spawn(period: u64) {
         // Its probe hits (none expected: it calls no libc) run no handler.
         core::mem::forget(deferred::Inside::enter());
         let period = arg as u64;
+        let run = RUN.load(Ordering::SeqCst);
         let mut deadline = clock::monotonic_ns() + period;
         loop {
             let now = clock::monotonic_ns();
@@ -153,7 +159,10 @@ fn spawn(period: u64) {
                 continue;
             }
             deadline += period;
-            if FINISHED.load(Ordering::Acquire) {
+            if FINISHED.load(Ordering::Acquire) || RUN.load(Ordering::SeqCst) != run {
+                if INTERVAL_THREAD.swap(false, Ordering::SeqCst) {
+                    world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+                }
                 return core::ptr::null_mut();
             }
             report(false);

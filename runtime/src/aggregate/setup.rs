@@ -6,6 +6,8 @@
 //!
 //! Context: start-up (before the program's constructors and `main`), normal context.
 
+use core::sync::atomic::{AtomicBool, Ordering};
+
 use crate::aggregate::hit;
 use crate::aggregate::plan::{self, EventInfo};
 use crate::aggregate::request::Request;
@@ -76,7 +78,7 @@ impl Frontend for Aggregator {
             )
         })?;
         hit::init_unblocked(events.len());
-        hit::INTERVALS.store(plans.request.interval_ns.is_some(), core::sync::atomic::Ordering::Relaxed);
+        hit::INTERVALS.store(plans.request.interval_ns.is_some(), Ordering::Relaxed);
         if !plans.latencies.is_empty() {
             report::calibrate_start(CALIBRATION_NS);
         }
@@ -107,11 +109,12 @@ fn at_entry(e: &Event) -> bool {
     def::parse(&e.definition).is_ok_and(|d| matches!(d.place, Place::Symbol { offset: 0, .. }))
 }
 
-/// Starts aggregating the run's events instead of streaming them; false when there are none.
-pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> bool {
-    let request = Request::parse(asked, json).unwrap_or_else(|e| setup::refuse_line(&e.to_string(), settings));
-    if !setup::start_with(settings, Some(&Aggregator { request })) {
-        return false;
+/// Starts aggregating the run's events instead of streaming them; false when there are none;
+/// the line to refuse the run with (see `trace::setup::refuse_line`).
+pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> Result<bool, String> {
+    let request = Request::parse(asked, json).map_err(|e| e.to_string())?;
+    if !setup::start_with(settings, Some(&Aggregator { request }))? {
+        return Ok(false);
     }
     report::start(settings.followed_exec);
     if let Some(fd) = asked.feed {
@@ -122,7 +125,11 @@ pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> bool {
         report::after_fork();
         feed::after_fork();
     }
-    // SAFETY: a plain function that stays loaded for the life of the process.
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    true
+    // Once per process (attach sessions aggregate again).
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::SeqCst) {
+        // SAFETY: a plain function that stays loaded for the life of the process.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    }
+    Ok(true)
 }

@@ -7,7 +7,7 @@
 
 use core::ffi::c_int;
 
-use crate::api::init;
+use crate::api::{attached, init};
 use crate::attach::agent::{self, StartError};
 use crate::base::output;
 
@@ -48,6 +48,7 @@ fn begin() -> Result<c_int, c_int> {
             return Err(-libc::EPERM);
         }
     };
+    attached::install();
     agent::start(channel, theirs, preloaded).map_err(errno)?;
     Ok(theirs)
 }

@@ -178,6 +178,35 @@ fn start(spec: &Spec) {
         }
         sys::exit_now(if found == 0 { 1 } else { 0 });
     }
+    let (settings, format) = settings(spec);
+    let started = match spec.aggregate.any() {
+        true => aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json),
+        false => setup::start(&settings),
+    };
+    if let Err(line) = started {
+        setup::refuse_line(&line, &settings);
+    }
+    for path in &spec.handlers {
+        if let Err(line) = handlers::load(path) {
+            // Fail open: the runtime said once that it is off, the program runs unprobed.
+            if disable::reason() == Some(disable::Reason::WriteXorExecute) {
+                continue;
+            }
+            // A program reached by a followed exec is not the one the user pointed
+            // uprobe-run at: what does not apply to it is reported, not fatal.
+            if spec.options.followed_exec {
+                output::message(format_args!("{line}; {} (exec'd) runs without it", program_path()));
+                continue;
+            }
+            output::flush();
+            fail(&line);
+        }
+    }
+}
+
+/// What `spec` asks of events (the stream or the aggregations), and their format; the
+/// runtime's own lines set to keep that format readable.
+pub fn settings(spec: &Spec) -> (Settings, Format) {
     let format = match spec.format.as_deref() {
         Some("json") => Format::Json,
         Some("chrome") => Format::Chrome,
@@ -200,25 +229,5 @@ fn start(spec: &Spec) {
         lenient: spec.options.lenient,
         followed_exec: spec.options.followed_exec,
     };
-    if spec.aggregate.any() {
-        aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json);
-    } else {
-        setup::start(&settings);
-    }
-    for path in &spec.handlers {
-        if let Err(line) = handlers::load(path) {
-            // Fail open: the runtime said once that it is off, the program runs unprobed.
-            if disable::reason() == Some(disable::Reason::WriteXorExecute) {
-                continue;
-            }
-            // A program reached by a followed exec is not the one the user pointed
-            // uprobe-run at: what does not apply to it is reported, not fatal.
-            if spec.options.followed_exec {
-                output::message(format_args!("{line}; {} (exec'd) runs without it", program_path()));
-                continue;
-            }
-            output::flush();
-            fail(&line);
-        }
-    }
+    (settings, format)
 }

@@ -5,13 +5,15 @@
 //! - [`handlers`]: handler libraries, their `uprobe_init` (one placement batch each) and
 //!   `uprobe_exit`;
 //! - [`ending`]: the end-of-run report, whichever way the process ends;
-//! - `init`: start-up, from `.init_array`, before the program's constructors and `main`;
-//! - [`attach`]: `uprobe_attach_begin`, which `uprobe-run --pid` calls in a running process.
+//! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`;
+//! - [`attach`]: `uprobe_attach_begin`, which `uprobe-run --pid` calls in a running process;
+//!   [`attached`]: an attach session's events, streamed or aggregated, and its listing.
 //!
 //! Context: normal (start-up, the program's calls), or a handler for the C functions.
 
 #[allow(unsafe_code)]
 pub mod attach;
+pub mod attached;
 #[allow(unsafe_code)]
 pub mod ending;
 #[allow(unsafe_code)]
@@ -19,6 +21,6 @@ pub mod exports;
 #[allow(unsafe_code)]
 pub mod handlers;
 #[allow(unsafe_code)]
-mod init;
+pub mod init;
 #[allow(unsafe_code)]
 pub mod printf;

@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::attach::channel::{Channel, RecvError};
 use crate::attach::hold;
-use crate::attach::session::Session;
+use crate::attach::session::{LoadError, Session, Started};
 use crate::attach::wire::{FromAgent, ToAgent};
 use crate::base::spec::{self, Spec};
 use crate::base::sys::{self, Errno};
@@ -164,25 +164,46 @@ fn wait(channel: &Channel) -> Event {
 /// having placed nothing.
 const SPEC_TIMEOUT_MS: i32 = 5_000;
 
-/// The session's spec and output descriptor, the first message, within [`SPEC_TIMEOUT_MS`].
-fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
+/// Waits until a message is there, or `deadline` (monotonic ns) passes (None).
+fn wait_message(channel: &Channel, deadline: u64) -> Option<()> {
     let mut fds = [libc::pollfd { fd: channel.fd, events: libc::POLLIN, revents: 0 }];
-    let deadline = sys::monotonic_ns() + SPEC_TIMEOUT_MS as u64 * 1_000_000;
     loop {
         let left = deadline.saturating_sub(sys::monotonic_ns()) / 1_000_000;
         match socket::poll(&mut fds, left as i32) {
-            Ok(_) if fds[0].revents != 0 => break,
+            Ok(_) if fds[0].revents != 0 => return Some(()),
             Ok(_) if left == 0 => return None,
             Ok(_) | Err(libc::EINTR) => continue,
             Err(_) => return None,
         }
     }
-    match channel.recv() {
+}
+
+/// The session's spec and output descriptor, the first message, within [`SPEC_TIMEOUT_MS`].
+fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
+    let deadline = sys::monotonic_ns() + SPEC_TIMEOUT_MS as u64 * 1_000_000;
+    wait_message(channel, deadline)?;
+    let mut feed = None;
+    let mut message = channel.recv();
+    // `--serve`: the metrics feed comes first, then the spec.
+    if let Ok((ToAgent::Feed, Some(fd))) = message {
+        feed = Some(fd);
+        message = wait_message(channel, deadline).ok_or(RecvError::Closed).and_then(|()| channel.recv());
+    }
+    let close_feed = || {
+        if let Some(fd) = feed {
+            sys::close(fd);
+        }
+    };
+    match message {
         Ok((ToAgent::Spec(text), Some(fd))) => match spec::decode(&text) {
-            Ok(spec) => Some((spec, fd)),
+            Ok(mut spec) => {
+                spec.aggregate.feed = feed;
+                Some((spec, fd))
+            }
             Err(e) => {
                 let _ = channel.send(&FromAgent::Failed { line: format!("the session's spec: {e}") });
                 sys::close(fd);
+                close_feed();
                 None
             }
         },
@@ -190,9 +211,13 @@ fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
             if let Some(fd) = fd {
                 sys::close(fd);
             }
+            close_feed();
             None
         }
-        Err(_) => None,
+        Err(_) => {
+            close_feed();
+            None
+        }
     }
 }
 
@@ -230,7 +255,7 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
         if !preloaded {
             late::start(ending);
         }
-        serve(&channel, Session::new(spec, out));
+        serve(&channel, Session::new(spec, out), preloaded);
         // Gone with the session's probes already (`Session::exit`), unless it never loaded.
         late::stop();
         world::remove(tid);
@@ -250,11 +275,19 @@ fn run(channel: Channel, theirs: i32, preloaded: bool) {
 }
 
 /// Runs the session until it ends.
-fn serve(channel: &Channel, mut session: Session) {
+fn serve(channel: &Channel, mut session: Session, preloaded: bool) {
     let started = crate::base::stats::Counters::now();
-    if let Err(line) = session.load() {
+    if let Err(e) = session.load(preloaded) {
         session.end();
-        let _ = channel.send(&FromAgent::Failed { line });
+        let _ = channel.send(&match e {
+            LoadError::Refused(line) => FromAgent::Refused { line },
+            LoadError::Failed(line) => FromAgent::Failed { line },
+        });
+        return;
+    }
+    if let Some(Started::Listed(functions)) = session.started {
+        session.end();
+        let _ = channel.send(&FromAgent::Listed { functions });
         return;
     }
     let (probes, jumps) = session.placed();

@@ -42,11 +42,49 @@ struct Loaded {
     inode: u64,
 }
 
+/// What a session runs besides its handler libraries: its definitions streamed or
+/// aggregated, or a listing. The layer above sets it (`api::attached`): the session
+/// delivers the spec a launch delivers, and those front-ends run it unchanged.
+pub trait Events: Sync {
+    /// Starts what `spec` asks; the line to refuse the session with.
+    fn start(&self, spec: &Spec, out: i32) -> Result<Started, String>;
+    /// The probes of the events started.
+    fn probes(&self) -> Vec<Consumer>;
+    /// Once their probes are gone: the rest of the stream and the reports, to the session.
+    fn finish(&self);
+}
+
+/// What [`Events::start`] started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    Events,
+    /// A listing was written: how many functions it has.
+    Listed(usize),
+}
+
+/// The session's front-ends, set once by the layer above before any session.
+pub static EVENTS: std::sync::OnceLock<&'static dyn Events> = std::sync::OnceLock::new();
+
+/// Why a session did not start.
+pub enum LoadError {
+    /// What was asked cannot be done in this process (nothing of it stays).
+    Refused(String),
+    /// A handler library failed to load, or its `uprobe_init` failed.
+    Failed(String),
+}
+
+/// Whether `spec` asks for more than handler libraries.
+pub fn wants_events(spec: &Spec) -> bool {
+    !spec.events.is_empty() || !spec.event_files.is_empty() || spec.aggregate.any() || spec.list.is_some()
+}
+
 pub struct Session {
     pub spec: Spec,
     /// The session's output (a socket to `uprobe-run`).
     pub out: i32,
     libraries: Vec<Loaded>,
+    /// What [`Events::start`] started, while it runs.
+    pub started: Option<Started>,
 }
 
 /// The address range of every mapping of the file with inode `inode`.
@@ -78,14 +116,32 @@ fn with_options<R>(options: Options, f: impl FnOnce() -> R) -> R {
 
 impl Session {
     pub fn new(spec: Spec, out: i32) -> Session {
-        Session { spec, out, libraries: Vec::new() }
+        Session { spec, out, libraries: Vec::new(), started: None }
     }
 
-    /// Loads the session's libraries in order and runs their `uprobe_init`. The error is the
-    /// line to show; the libraries are then all taken out again (see [`Session::end`]).
-    pub fn load(&mut self) -> Result<(), String> {
+    /// Starts the session's events, as a launch does before its libraries, then loads the
+    /// libraries in order and runs their `uprobe_init`. The error is the line to show; what
+    /// started is then all taken out again (see [`Session::end`]). `preloaded`: the process
+    /// runs a launch's runtime, whose output and events are its own.
+    pub fn load(&mut self, preloaded: bool) -> Result<(), LoadError> {
+        if wants_events(&self.spec) {
+            if preloaded {
+                return Err(LoadError::Refused(
+                    "-e, --events, --count, --hist, --lhist, --latency and --list attach only to a process uprobe-run \
+                     did not start (this one's runtime streams to its own output)"
+                        .into(),
+                ));
+            }
+            let events = *EVENTS.get().ok_or_else(|| LoadError::Refused("no event front-end".into()))?;
+            let (spec, out) = (self.spec.clone(), self.out);
+            // Marked started first: a refusal after some probes were placed takes them out.
+            self.started = Some(Started::Events);
+            let started = with_options(self.spec.options, || events.start(&spec, out)).map_err(LoadError::Refused)?;
+            self.started = Some(started);
+        }
         let paths = self.spec.handlers.clone();
         with_options(self.spec.options, || paths.iter().try_for_each(|path| self.load_one(path)))
+            .map_err(LoadError::Failed)
     }
 
     fn load_one(&mut self, path: &str) -> Result<(), String> {
@@ -145,7 +201,12 @@ impl Session {
     /// The registered probes that belong to the session's libraries.
     pub fn owned(&self) -> Vec<Consumer> {
         let mine = |addr: usize| self.libraries.iter().any(|l| l.lo <= addr && addr < l.hi);
-        registry::consumers().into_iter().filter(|c| mine(c.key()) || mine(c.handler_address())).collect()
+        let mut owned: Vec<Consumer> =
+            registry::consumers().into_iter().filter(|c| mine(c.key()) || mine(c.handler_address())).collect();
+        if let (Some(Started::Events), Some(events)) = (self.started, EVENTS.get()) {
+            owned.extend(events.probes());
+        }
+        owned
     }
 
     /// How many of the session's probes are placed, and how many of those are jumps.
@@ -184,9 +245,13 @@ impl Session {
                 late::stop();
             })
         });
-        // Unregistered, and a grace period passed: their fault messages are not needed.
+        // Unregistered, and a grace period passed: their fault messages are not needed, and
+        // the events' last records and reports can be written.
         for c in &owned {
             owners::forget(c.key());
+        }
+        if let (Some(Started::Events), Some(events)) = (self.started.take(), EVENTS.get()) {
+            events.finish();
         }
         owned.len()
     }

@@ -45,3 +45,17 @@ pub fn send_all(mut bytes: &[u8]) -> Result<(), sys::Errno> {
     }
     Ok(())
 }
+
+/// Shuts the feed down both ways: a read of it waiting returns end of file.
+pub fn shutdown(fd: i32) {
+    socket::shutdown(fd);
+}
+
+/// Closes the feed `fd` and forgets it, unless another feed took its place; whether it did.
+pub fn release(fd: i32) -> bool {
+    if FD.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    sys::close(fd);
+    true
+}

@@ -55,13 +55,33 @@ pub enum Lost<'a> {
 /// Writes `bytes` to the output descriptor; a failure is remembered, with what it lost, for
 /// [`report_failure`] (signal-safe).
 pub fn write_counted(bytes: &[u8], lost: Lost) -> bool {
-    match sys::write_all(FD.load(Ordering::Relaxed), bytes) {
+    let fd = FD.load(Ordering::Relaxed);
+    let written = match SOCKET.load(Ordering::Relaxed) {
+        true => send_all(fd, bytes),
+        false => sys::write_all(fd, bytes),
+    };
+    match written {
         Ok(()) => true,
         Err((e, written)) => {
             note_failure(e, written, lost);
             false
         }
     }
+}
+
+/// The largest message `uprobe-run` reads from a session's output socket at once.
+const SESSION_MESSAGE: usize = 60 * 1024;
+
+/// Writes `bytes` to a session's output socket in messages `uprobe-run` reads whole, waiting
+/// for room (only the runtime's own threads write records and reports: the drain and
+/// interval threads, the agent); no SIGPIPE when `uprobe-run` is gone.
+fn send_all(fd: i32, bytes: &[u8]) -> Result<(), (sys::Errno, usize)> {
+    let mut done = 0;
+    for chunk in bytes.chunks(SESSION_MESSAGE) {
+        socket::send_nosignal(fd, chunk).map_err(|e| (e, done))?;
+        done += chunk.len();
+    }
+    Ok(())
 }
 
 /// Remembers a write of the output that failed after `written` bytes (signal-safe).
@@ -332,7 +352,13 @@ pub enum Messages {
     Plain = 0,
     Json = 1,
     Stderr = 2,
+    /// An attach session's Chrome trace: each line a message of its own on the session's
+    /// socket, marked with [`ASIDE`] for `uprobe-run`'s stderr.
+    Aside = 3,
 }
+
+/// The first byte of a session's message that is a line for `uprobe-run`'s stderr.
+pub const ASIDE: u8 = 1;
 
 static MESSAGES: AtomicI32 = AtomicI32::new(Messages::Plain as i32);
 /// A duplicate of the process's stderr, for [`Messages::Stderr`].
@@ -369,6 +395,12 @@ fn say(text: &[u8]) {
         }
         2 => {
             let _ = sys::write_all(STDERR.load(Ordering::Relaxed), text);
+        }
+        3 => {
+            let mut line = Line::new();
+            line.push(&[ASIDE]);
+            line.push(text);
+            let _ = send(FD.load(Ordering::Relaxed), line.as_bytes());
         }
         _ => emit(text),
     }

@@ -89,3 +89,10 @@ pub fn eventfd() -> Result<i32, Errno> {
     // SAFETY: eventfd2 takes plain integers.
     unsafe { call(Call::Other, libc::SYS_eventfd2, [0, libc::EFD_CLOEXEC as usize, 0, 0, 0, 0]) }.map(|fd| fd as i32)
 }
+
+/// Shuts a socket down both ways (a read waiting on it returns end of file); errors are of
+/// no use to the caller.
+pub fn shutdown(fd: i32) {
+    // SAFETY: shutdown takes plain integers.
+    let _ = unsafe { call(Call::Other, libc::SYS_shutdown, [fd as usize, libc::SHUT_RDWR as usize, 0, 0, 0, 0]) };
+}

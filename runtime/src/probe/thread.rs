@@ -63,12 +63,11 @@ pub struct ThreadState {
     /// only (`trace::filter`; a fork's child forgets them).
     pub filter_tid: Cell<i32>,
     pub filter_comm: Cell<[u8; 16]>,
-    /// The thread's block of counters (`aggregate::blocks`' word: 0 until its first counted
-    /// hit), kept here so that the hit path finds it without a call into the dynamic loader.
-    pub block: Cell<usize>,
-    /// The thread's trace ring (`trace::buffers`' word: 0 until its first record), kept
-    /// here for the same reason.
-    pub ring: Cell<u32>,
+    /// The thread's event ring and counter block (`trace::buffers`, `aggregate::blocks`):
+    /// (the generation of the pool it is of, its index or address); a generation other than
+    /// the pool's means none claimed yet (zero: never).
+    pub ring: Cell<(u32, u32)>,
+    pub block: Cell<(u32, usize)>,
     /// The program believes SIGTRAP blocked on this thread, and a SIGTRAP it sent itself
     /// meanwhile waits for it to unblock (see `hazard::masks`).
     pub trap_blocked: Cell<bool>,
@@ -92,8 +91,8 @@ thread_local! {
             own: Cell::new(false),
             filter_tid: Cell::new(0),
             filter_comm: Cell::new([0; 16]),
-            block: Cell::new(0),
-            ring: Cell::new(0),
+            ring: Cell::new((0, 0)),
+            block: Cell::new((0, 0)),
             trap_blocked: Cell::new(false),
             trap_pending: Cell::new(false),
         }
@@ -185,8 +184,8 @@ static FALLBACK: Fallback = Fallback(ThreadState {
     own: Cell::new(false),
     filter_tid: Cell::new(0),
     filter_comm: Cell::new([0; 16]),
-    block: Cell::new(0),
-    ring: Cell::new(0),
+    ring: Cell::new((0, 0)),
+    block: Cell::new((0, 0)),
     trap_blocked: Cell::new(false),
     trap_pending: Cell::new(false),
 });

@@ -10,9 +10,9 @@
 //! libc, one `gettid` system call at a thread's first hit); the rest runs on the drain thread
 //! or at start-up and fork.
 
-use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use crate::base::stats::Call;
 use crate::base::sys;
 use crate::probe::thread;
 
@@ -113,11 +113,24 @@ pub fn close() {
     CLOSED.store(true, Ordering::SeqCst);
 }
 
-/// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had. A word of
-/// the thread's runtime state, which the hit path reaches without a call into the dynamic
-/// loader (see `probe::thread`).
-fn my_ring() -> &'static Cell<u32> {
-    &thread::current().ring
+/// The pool's generation: a new one for each stream (an attach session's starts afresh).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's ring plus one; 0: none yet; `u32::MAX`: none to be had. Kept in the
+/// thread's state (`probe::thread`), which a hit reaches without allocating even in a
+/// runtime loaded into a running process.
+#[inline]
+fn mine_index() -> u32 {
+    let (generation, i) = thread::current().ring.get();
+    if generation == GENERATION.load(Ordering::Relaxed) {
+        i
+    } else {
+        0
+    }
+}
+
+fn set_mine(i: u32) {
+    thread::current().ring.set((GENERATION.load(Ordering::Relaxed), i));
 }
 
 /// Makes the pool: `threads` rings of `size` bytes, rounded up to a power of two
@@ -125,6 +138,19 @@ fn my_ring() -> &'static Cell<u32> {
 /// reach.
 pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
     let size = size.max(4096).next_power_of_two();
+    CLOSED.store(false, Ordering::SeqCst);
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+    // A later stream (another attach session) reuses the pool of the same size, emptied: no
+    // hit of the last stream's can still write (its probes are gone, a grace period passed).
+    if let Some(pool) = pool().filter(|p| p.size == size && p.rings.len() == threads) {
+        for ring in pool.rings.iter() {
+            ring.head.0.store(0, Ordering::Relaxed);
+            ring.tail.0.store(0, Ordering::Relaxed);
+            ring.state.store(FREE, Ordering::Release);
+        }
+        NO_RING.store(0, Ordering::Relaxed);
+        return Ok(());
+    }
     let total = sys::page_ceil(threads * size);
     let base = sys::mmap_reserve(total)?;
     let rings: Box<[Ring]> = (0..threads)
@@ -152,7 +178,7 @@ pub fn pool() -> Option<&'static Pool> {
 #[inline]
 pub fn mine() -> Option<&'static Ring> {
     let pool = pool()?;
-    let i = my_ring().get();
+    let i = mine_index();
     if i != 0 && i != u32::MAX {
         return pool.rings.get(i as usize - 1);
     }
@@ -169,14 +195,14 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
         .iter()
         .position(|r| r.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok());
     let Some(i) = found else {
-        my_ring().set(u32::MAX);
+        set_mine(u32::MAX);
         return None;
     };
     let ring = &pool.rings[i];
     ring.tid.store(sys::gettid(), Ordering::Relaxed);
     ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
     ring.generation.fetch_add(1, Ordering::Release);
-    my_ring().set(i as u32 + 1);
+    set_mine(i as u32 + 1);
     Some(ring)
 }
 
@@ -418,7 +444,7 @@ impl Ring {
 pub fn after_fork() {
     PID.store(sys::getpid(), Ordering::Relaxed);
     let Some(pool) = pool() else { return };
-    let mine = my_ring().get();
+    let mine = mine_index();
     for (i, ring) in pool.rings.iter().enumerate() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);
@@ -430,4 +456,19 @@ pub fn after_fork() {
             ring.state.store(FREE, Ordering::Release);
         }
     }
+}
+
+/// Gives the rings' pages back once an attach session's stream ended (its probes gone, its
+/// records all written, its drain thread ending): a later stream starts from empty rings.
+pub fn release_pages() {
+    let Some(pool) = pool() else { return };
+    let Some(first) = pool.rings.first() else { return };
+    for ring in pool.rings.iter() {
+        ring.head.0.store(0, Ordering::Relaxed);
+        ring.tail.0.store(0, Ordering::Relaxed);
+    }
+    let (at, len) = (first.data, sys::page_ceil(pool.rings.len() * pool.size));
+    // SAFETY: MADV_DONTNEED on the rings' own reservation (private, anonymous: it reads as
+    // zeros after); they are empty and nothing writes them until a later `init`.
+    let _ = unsafe { sys::call(Call::Other, libc::SYS_madvise, [at, len, libc::MADV_DONTNEED as usize, 0, 0, 0]) };
 }

@@ -12,7 +12,7 @@
 //! Context: its own thread (normal context), and process exit for [`finish`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use crate::base::lock::Mutex;
 use crate::base::{output, sys};
@@ -41,9 +41,17 @@ pub enum Format {
 }
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
+/// The stream (an attach session's is a stream of its own): a drain thread ends with its
+/// stream.
+static RUN: AtomicUsize = AtomicUsize::new(0);
 
 /// One record taken out of a ring; its bytes are `at..at + len` of the state's arena.
 struct Staged {
+    /// The record's clock reading, and it in ns by the calibration of the current pass
+    /// (all are converted again at each pass: a record held back from one pass and one
+    /// taken in the next are ordered by one line, however early in the run the
+    /// calibration still moves).
+    clock: u64,
     ns: u64,
     seq: u64,
     tid: i32,
@@ -101,6 +109,7 @@ impl Symbols for SymbolCache {
 /// are placed).
 pub fn start(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
+    RUN.fetch_add(1, Ordering::SeqCst);
     *STATE.lock() = Some(State {
         staged: Vec::new(),
         arena: Vec::new(),
@@ -137,10 +146,14 @@ fn write_out(bytes: &[u8], ends: &[usize]) {
 /// Starts the drain thread with every asynchronous signal blocked, so that none of the
 /// program's handlers ever runs on it.
 fn spawn() {
-    extern "C" fn main(_: *mut libc::c_void) -> *mut libc::c_void {
+    extern "C" fn main(run: *mut libc::c_void) -> *mut libc::c_void {
         // Its probe hits (libc, through the loader's symbol lookups) run no handler.
         core::mem::forget(deferred::Inside::enter());
         loop {
+            if RUN.load(Ordering::SeqCst) != run as usize {
+                world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
+                return core::ptr::null_mut();
+            }
             // Sleeps a period, or less when a hit finds its ring past the high-water mark.
             let seen = buffers::WAKE.load(Ordering::Acquire);
             buffers::SLEEPING.store(true, Ordering::SeqCst);
@@ -149,11 +162,12 @@ fn spawn() {
             }
             buffers::SLEEPING.store(false, Ordering::SeqCst);
             if !pass(false) {
+                world::RUNTIME_THREADS.fetch_sub(1, Ordering::SeqCst);
                 return core::ptr::null_mut();
             }
         }
     }
-    if let Err(rc) = world::spawn(main, 0) {
+    if let Err(rc) = world::spawn(main, RUN.load(Ordering::SeqCst)) {
         output::message(format_args!("cannot start the drain thread (error {rc}): events are written at exit only"));
     }
 }
@@ -185,6 +199,15 @@ pub fn finish() {
     });
 }
 
+/// After [`finish`] of an attach session's stream: its state and its rings' pages are given
+/// back (a later session's stream starts afresh).
+pub fn release() {
+    let had = STATE.lock().take().is_some();
+    if had {
+        buffers::release_pages();
+    }
+}
+
 /// One pass; `last`: write everything and end. Returns false once the stream has ended.
 fn pass(last: bool) -> bool {
     let mut guard = STATE.lock();
@@ -195,6 +218,9 @@ fn pass(last: bool) -> bool {
     clock::calibrate();
     let watermark = if last { u64::MAX } else { clock::to_ns(clock::now().0).saturating_sub(MARGIN_NS) };
     collect(st, true);
+    for s in &mut st.staged {
+        s.ns = clock::to_ns(s.clock);
+    }
     st.staged.sort_unstable_by_key(|s| (s.ns, s.seq));
     let ready = st.staged.partition_point(|s| s.ns <= watermark);
     let batch: Vec<Staged> = st.staged.drain(..ready).collect();
@@ -248,6 +274,7 @@ fn collect(st: &mut State, all: bool) {
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
+                    clock: h.clock,
                     ns: clock::to_ns(h.clock),
                     seq: st.seq,
                     tid,
@@ -445,7 +472,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
         let open: Vec<(i32, Vec<Open>)> = st.open.drain().collect();
         for (tid, stack) in open {
             for o in stack {
-                let s = Staged { ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
+                let s = Staged { clock: 0, ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
                 instant(&mut st.first, &mut text, &o.name, "uprobes", o.ns, &s, &o.args);
             }
         }

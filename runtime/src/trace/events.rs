@@ -92,14 +92,36 @@ impl Event {
 
 static EVENTS: AtomicPtr<Vec<Event>> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Publishes the run's events (start-up, once, before any of their probes is registered).
+/// Publishes the run's events (start-up, before any of their probes is registered). A
+/// later attach session's replace those of the session before, which are freed: their
+/// probes were removed and a grace period passed, and that session's drain, report and feed
+/// threads ended long before another session starts.
 pub fn publish(events: Vec<Event>) {
-    EVENTS.store(Box::into_raw(Box::new(events)), Ordering::Release);
+    let old = EVENTS.swap(Box::into_raw(Box::new(events)), Ordering::AcqRel);
+    if old.is_null() {
+        return;
+    }
+    // SAFETY: made by Box::into_raw above; nothing reads the old events any more (see above).
+    let old = unsafe { Box::from_raw(old) };
+    for ev in old.iter() {
+        // SAFETY: each probe object and its symbol name were made by Box::into_raw and
+        // CString::into_raw (`setup::make_event`), and are referenced by nothing else now.
+        unsafe {
+            let name = match ev.probe {
+                Probe::Entry(p) => Box::from_raw(p).u.symbol_name,
+                Probe::Return(p) => Box::from_raw(p).rp.u.symbol_name,
+            };
+            if !name.is_null() {
+                drop(std::ffi::CString::from_raw(name as *mut core::ffi::c_char));
+            }
+        }
+    }
 }
 
 /// The run's events (empty before start-up made them; signal-safe).
 pub fn all() -> &'static [Event] {
-    // SAFETY: published once and never freed or changed.
+    // SAFETY: published before any probe of theirs is placed, never changed, and freed only
+    // when a later attach session replaces them, once nothing reaches them (see `publish`).
     unsafe { EVENTS.load(Ordering::Acquire).as_ref() }.map_or(&[], |v| v.as_slice())
 }
 

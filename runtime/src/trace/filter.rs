@@ -125,14 +125,17 @@ static STREAM: AtomicBool = AtomicBool::new(false);
 /// Start-up, once the events are made: `--max-events`, and what a fork's child forgets.
 pub fn init(stream: bool, max_records: Option<u64>) {
     STREAM.store(stream, Ordering::Relaxed);
-    if let Some(n) = max_records {
-        MAX_RECORDS.store(n, Ordering::Relaxed);
-    }
+    MAX_RECORDS.store(max_records.unwrap_or(u64::MAX), Ordering::Relaxed);
+    RECORDS.store(0, Ordering::Relaxed);
     extern "C" fn child() {
         after_fork();
     }
-    // SAFETY: a plain function that stays loaded for the life of the process.
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    // Once per process (attach sessions make streams again).
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::SeqCst) {
+        // SAFETY: a plain function that stays loaded for the life of the process.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    }
 }
 
 /// Whether one more record may be kept (hit path; one shared add, with `--max-events`

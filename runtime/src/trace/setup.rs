@@ -135,19 +135,19 @@ struct Target {
 }
 
 /// Reads, resolves and registers the definitions and starts the stream; false when there
-/// are none.
-pub fn start(settings: &Settings) -> bool {
+/// are none; the line to refuse the run with (see [`refuse_line`]).
+pub fn start(settings: &Settings) -> Result<bool, String> {
     start_with(settings, None)
 }
 
 /// [`start`], the events going to `frontend` instead of the stream when one is given.
-pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool {
+pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Result<bool, String> {
     let mut texts: Vec<(String, String)> = settings.events.iter().map(|t| ("-e".to_string(), t.clone())).collect();
     for file in &settings.files {
         let c = CString::new(file.as_str()).unwrap_or_default();
         let text = match sys::read_file(&c) {
             Ok(t) => String::from_utf8_lossy(&t).into_owned(),
-            Err(e) => refuse_line(&format!("--events {file}: {}", std::io::Error::from_raw_os_error(e)), settings),
+            Err(e) => return Err(format!("--events {file}: {}", std::io::Error::from_raw_os_error(e))),
         };
         for (n, line) in def::file_lines(&text) {
             texts.push((format!("{file}:{n}"), line.to_string()));
@@ -156,7 +156,7 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
     let handlers = frontend.map_or(Handlers::RECORD, |f| f.handlers());
     let added = frontend.map(|f| f.added()).unwrap_or_default();
     if texts.is_empty() && added.is_empty() {
-        return false;
+        return Ok(false);
     }
     let mut sources = Vec::new();
     // Definitions are numbered as `uprobe-run` numbers them for their filters: the `-e` and
@@ -166,9 +166,9 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         match def::parse(&text) {
             Ok(def) => match program_for(n, &def, settings) {
                 Ok(filter) => sources.push(Source { origin, def, unwritten: 0, handlers, filter }),
-                Err(what) => refuse(&origin, &text, 0, &DefError { at: 0, what }, settings),
+                Err(what) => refuse(&origin, &text, 0, &DefError { at: 0, what }, settings)?,
             },
-            Err(e) => refuse(&origin, &text, 0, &e, settings),
+            Err(e) => refuse(&origin, &text, 0, &e, settings)?,
         }
     }
     for (n, a) in added.into_iter().enumerate() {
@@ -179,47 +179,43 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
             Ok((def, filter)) => {
                 sources.push(Source { origin: a.origin, def, unwritten: a.unwritten, handlers: a.handlers, filter })
             }
-            Err(e) => refuse(&a.origin, &a.text, a.unwritten, &e, settings),
+            Err(e) => refuse(&a.origin, &a.text, a.unwritten, &e, settings)?,
         }
     }
-    let targets = registry::with_view(|view| resolve_all(view, &sources, settings));
+    let targets = registry::with_view(|view| resolve_all(view, &sources, settings))?;
     // Event names are unique within their group, as in tracefs.
     let mut names: Vec<(&str, &str)> = Vec::new();
     for t in &targets {
         let s = &sources[t.source];
         if names.contains(&(s.def.group.as_str(), t.name.as_str())) {
             let e = DefError { at: 0, what: format!("an event name not used before ({} is)", t.name) };
-            refuse(&s.origin, &s.def.text, s.unwritten, &e, settings);
+            refuse(&s.origin, &s.def.text, s.unwritten, &e, settings)?;
         }
         names.push((&s.def.group, &t.name));
     }
     if targets.is_empty() {
-        return false;
+        return Ok(false);
     }
     if frontend.is_none() {
         if let Err(e) = buffers::init(THREADS, settings.buffer_size) {
             output::message(format_args!("cannot reserve the event buffers: {}", std::io::Error::from_raw_os_error(e)));
-            return false;
+            return Ok(false);
         }
     }
     clock::init();
     let mut made: Vec<Event> =
         targets.iter().enumerate().map(|(i, t)| make_event(i as u32, t, &sources[t.source])).collect();
-    if let Err(line) = filter::triggers(&mut made, &settings.triggers) {
-        refuse_line(&line, settings);
-    }
+    filter::triggers(&mut made, &settings.triggers)?;
     events::publish(made);
     filter::init(frontend.is_none(), settings.max_events);
     if let Some(f) = frontend {
-        if let Err(line) = f.prepare(events::all()) {
-            refuse_line(&line, settings);
-        }
+        f.prepare(events::all())?;
     }
     registry::ON_ARMED.store(on_armed as fn(usize, usize) as usize, Ordering::Release);
-    register(&targets, &sources, settings);
+    register(&targets, &sources, settings)?;
     set_file_bases();
     if frontend.is_some() {
-        return true;
+        return Ok(true);
     }
     drain::start(settings.format);
     if registry::VERBOSE.load(Ordering::Relaxed) {
@@ -229,9 +225,13 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> bool 
         buffers::after_fork();
         drain::after_fork();
     }
-    // SAFETY: a plain function that stays loaded for the life of the process.
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
-    true
+    // Once per process (attach sessions make streams again).
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::SeqCst) {
+        // SAFETY: a plain function that stays loaded for the life of the process.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    }
+    Ok(true)
 }
 
 /// Says why the run cannot go on, and ends it before `main`, unless it is an exec'd program.
@@ -246,30 +246,37 @@ pub fn refuse_line(line: &str, settings: &Settings) -> ! {
 
 /// A definition that is wrong as written (it does not parse, an event name used twice):
 /// refused even with `--lenient`, which skips only what cannot be placed.
-fn refuse(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) {
-    refuse_or_skip(origin, text, unwritten, e, settings, false);
+fn refuse(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) -> Result<(), String> {
+    refuse_or_skip(origin, text, unwritten, e, settings, false)
 }
 
 /// A definition that cannot be placed, in a text whose first `unwritten` bytes the user did
 /// not write: the rest is shown, and the column counted in it. `--lenient` skips it.
-fn refuse_shown(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) {
-    refuse_or_skip(origin, text, unwritten, e, settings, settings.lenient);
+fn refuse_shown(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings) -> Result<(), String> {
+    refuse_or_skip(origin, text, unwritten, e, settings, settings.lenient)
 }
 
 /// The line naming the definition, then the end of the run, or the definition skipped where
 /// `skip` (or in a program reached by a followed exec, which must run whatever it lacks).
-fn refuse_or_skip(origin: &str, text: &str, unwritten: usize, e: &DefError, settings: &Settings, skip: bool) {
+fn refuse_or_skip(
+    origin: &str,
+    text: &str,
+    unwritten: usize,
+    e: &DefError,
+    settings: &Settings,
+    skip: bool,
+) -> Result<(), String> {
     let shown = text.get(unwritten..).unwrap_or(text);
     let e = DefError { at: e.at.saturating_sub(unwritten), what: e.what.clone() };
     let line = format!("{origin} '{shown}': {e}");
     if skip || settings.followed_exec {
         output::message(format_args!("{line}; skipped"));
-        return;
+        return Ok(());
     }
-    refuse_line(&line, settings);
+    Err(line)
 }
 
-fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Vec<Target> {
+fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Result<Vec<Target>, String> {
     let own = record::on_entry as *const () as usize;
     let modules: Vec<LoadedModule> = view.modules().iter().filter(|m| !m.holds(own)).cloned().collect();
     let mut targets = Vec::new();
@@ -283,14 +290,14 @@ fn resolve_all(view: &mut View, sources: &[Source], settings: &Settings) -> Vec<
                 skipped: false,
             })),
             Err(e) => {
-                refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+                refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings)?;
                 // Still here: --lenient skipped it; reports say so instead of leaving it out.
                 let name = s.def.event.clone().unwrap_or_else(|| s.def.default_name(None));
                 targets.push(Target { source: i, name, spec: None, addr: 0, skipped: true });
             }
         }
     }
-    targets
+    Ok(targets)
 }
 
 /// The column of WHERE in a definition.
@@ -501,7 +508,7 @@ fn consumer(ev: &Event) -> Consumer {
 }
 
 /// Registers every event's probe in one placement batch.
-fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
+fn register(targets: &[Target], sources: &[Source], settings: &Settings) -> Result<(), String> {
     let mut failed = Vec::new();
     deferred::batch(|| {
         for (i, ev) in events::all().iter().enumerate() {
@@ -525,12 +532,18 @@ fn register(targets: &[Target], sources: &[Source], settings: &Settings) {
         let many = matches!(&s.def.place, Place::Symbol { name, .. } if def::is_glob(name));
         let hint = if many { " (--lenient skips the functions a glob matches that cannot be probed)" } else { "" };
         let e = DefError { at, what: format!("a place a probe can go: {e}{hint}") };
-        refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings);
+        refuse_shown(&s.origin, &s.def.text, s.unwritten, &e, settings)?;
         // Still here: --lenient skipped it.
         if let Some(ev) = events::all().get(i) {
             ev.skipped.store(true, Ordering::Relaxed);
         }
     }
+    Ok(())
+}
+
+/// The probes of the events placed (an attach session removes them at its end).
+pub fn consumers() -> Vec<Consumer> {
+    events::all().iter().filter(|e| !e.skipped.load(Ordering::Relaxed)).map(consumer).collect()
 }
 
 /// `@+OFFSET` needs where each probed file is mapped: from the mappings, for every event

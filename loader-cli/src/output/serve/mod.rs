@@ -9,8 +9,8 @@
 //! - [`process`]: the program as a child: start, signals passed on, its ending;
 //! - here: the address, the feed's client, the HTTP server.
 //!
-//! An attach session can feed the same client once it carries aggregations: what it needs
-//! is a socket on which the runtime answers (the agent's channel) in place of the pair.
+//! An attach session feeds the same client ([`attached`]): the pair's other end goes to the
+//! process over the session, and the session's aggregations answer on it.
 
 pub mod metrics;
 mod process;
@@ -198,9 +198,7 @@ pub fn run(
     if let Some(path) = endpoint.path {
         let _ = process::SOCKET_FILE.set(path);
     }
-    let start = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let socket = stream(ours);
-    let _ = socket.set_write_timeout(Some(ANSWER_WAIT));
     let mut child = process::spawn(command, program_end).inspect_err(|_| {
         if let Some(path) = process::SOCKET_FILE.get() {
             let _ = std::fs::remove_file(path);
@@ -208,6 +206,21 @@ pub fn run(
     })?;
     let phase: process::Shared = Arc::new(Mutex::new(process::Phase::Running(child.id() as i32)));
     process::forward_signals(Arc::clone(&phase));
+    let feed = serve(endpoint.server, socket, keys);
+    let status = process::wait(&mut child, &phase)?;
+    feed.wait_gone(Duration::from_secs(1));
+    // SIGINT, SIGTERM (...) end the wait, or, come before the program's end, skip it (see
+    // `process::forward_signals`).
+    if !linger.is_zero() && !process::asked_to_end() {
+        std::thread::sleep(linger);
+    }
+    process::end_as(status)
+}
+
+/// Reads the feed's answers and serves them at the endpoint, on threads of their own.
+fn serve(server: tiny_http::Server, socket: UnixStream, keys: usize) -> Arc<Feed> {
+    let start = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let _ = socket.set_write_timeout(Some(ANSWER_WAIT));
     let feed = Arc::new(Feed {
         socket,
         latest: Mutex::new(Latest::default()),
@@ -217,19 +230,44 @@ pub fn run(
     let reader = Arc::clone(&feed);
     let store = metrics::Store::new(keys, start);
     std::thread::spawn(move || reader.read_answers(store));
-    let server = Arc::new(endpoint.server);
+    let server = Arc::new(server);
     for _ in 0..WORKERS {
         let (server, feed) = (Arc::clone(&server), Arc::clone(&feed));
         std::thread::spawn(move || serve_requests(server, feed));
     }
-    let status = process::wait(&mut child, &phase)?;
-    feed.wait_gone(Duration::from_secs(1));
-    // SIGINT, SIGTERM (...) end the wait, or, come before the program's end, skip it (see
-    // `process::forward_signals`).
-    if !linger.is_zero() && !process::asked_to_end() {
-        std::thread::sleep(linger);
+    feed
+}
+
+/// An attach session's metrics, served while it runs (`--serve` with `--pid`).
+pub struct Attached {
+    feed: Arc<Feed>,
+    path: Option<PathBuf>,
+}
+
+/// Serves what the runtime answers on `ours` (the session's feed, whose other end goes to
+/// the process) at `endpoint`, from now on.
+pub fn attached(endpoint: Endpoint, ours: i32, keys: usize) -> Attached {
+    // The serving threads take no signal: the attach waits for its SIGCHLD and its Ctrl-C
+    // on signalfds, which a thread that leaves them deliverable could take first.
+    let old = process::block_all();
+    let feed = serve(endpoint.server, stream(ours), keys);
+    process::set_mask(&old);
+    Attached { feed, path: endpoint.path }
+}
+
+impl Attached {
+    /// The session ended: the last numbers are read, served `linger` longer (SIGINT, SIGTERM
+    /// or SIGHUP ends that early), then the socket file is removed.
+    pub fn finish(self, linger: Duration) {
+        self.feed.wait_gone(Duration::from_secs(1));
+        let deadline = Instant::now() + linger;
+        while Instant::now() < deadline && !process::signal_pending() {
+            std::thread::sleep(Duration::from_millis(20).min(deadline.saturating_duration_since(Instant::now())));
+        }
+        if let Some(path) = self.path {
+            let _ = std::fs::remove_file(path);
+        }
     }
-    process::end_as(status)
 }
 
 #[allow(unsafe_code)]

@@ -55,6 +55,36 @@ pub fn block_handled() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut()) };
 }
 
+/// Blocks every signal in this thread (and the threads it starts meanwhile); the old mask.
+pub fn block_all() -> libc::sigset_t {
+    // SAFETY: sigfillset and pthread_sigmask fill and read sigset_t values we own.
+    unsafe {
+        let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = (core::mem::zeroed(), core::mem::zeroed());
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
+}
+
+/// Sets this thread's signal mask to `mask`.
+pub fn set_mask(mask: &libc::sigset_t) {
+    // SAFETY: a valid set; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, core::ptr::null_mut()) };
+}
+
+/// Whether one of the handled signals is pending (blocked, not taken yet).
+pub fn signal_pending() -> bool {
+    let handled = handled();
+    // SAFETY: sigpending fills a sigset_t we own; sigismember reads it.
+    unsafe {
+        let mut pending: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut pending) == 0
+            && [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+                .iter()
+                .any(|&s| libc::sigismember(&pending, s) == 1 && libc::sigismember(&handled, s) == 1)
+    }
+}
+
 /// Starts `command` with the signals uprobe-run blocks unblocked again (the mask is
 /// inherited across fork and exec; dispositions are not touched, so they are the defaults).
 pub fn spawn(mut command: Command, program_end: RawFd) -> io::Result<Child> {

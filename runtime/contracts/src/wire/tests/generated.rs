@@ -13,7 +13,7 @@ fn text(rng: &mut Rng) -> String {
 
 fn from_agent(rng: &mut Rng) -> FromAgent {
     let n = |rng: &mut Rng| rng.number() as usize;
-    match rng.below(8) {
+    match rng.below(10) {
         0 => FromAgent::Hello {
             pid: 1 + (rng.number() % i32::MAX as u64) as i32,
             tid: 1 + (rng.number() % i32::MAX as u64) as i32,
@@ -25,16 +25,19 @@ fn from_agent(rng: &mut Rng) -> FromAgent {
         4 => FromAgent::Ready { libraries: n(rng), probes: n(rng), jumps: n(rng) },
         5 => FromAgent::Failed { line: text(rng) },
         6 => FromAgent::Detached { probes: n(rng), notes: (0..rng.below(3)).map(|_| text(rng)).collect() },
+        7 => FromAgent::Refused { line: text(rng) },
+        8 => FromAgent::Listed { functions: n(rng) },
         _ => FromAgent::Exiting,
     }
 }
 
 fn to_agent(rng: &mut Rng) -> ToAgent {
-    match rng.below(5) {
+    match rng.below(6) {
         0 => ToAgent::Spec(text(rng)),
         1 => ToAgent::Stopped((0..rng.below(4)).map(|_| rng.number() as usize).collect()),
         2 => ToAgent::Unstoppable(text(rng)),
         3 => ToAgent::Resumed,
+        4 => ToAgent::Feed,
         _ => ToAgent::Detach,
     }
 }
@@ -43,6 +46,7 @@ fn to_agent(rng: &mut Rng) -> ToAgent {
 fn sent_from(m: FromAgent) -> FromAgent {
     match m {
         FromAgent::Failed { line } => FromAgent::Failed { line: one_line(&line) },
+        FromAgent::Refused { line } => FromAgent::Refused { line: one_line(&line) },
         FromAgent::Detached { probes, notes } => {
             FromAgent::Detached { probes, notes: notes.iter().map(|n| one_line(n)).collect() }
         }
@@ -86,12 +90,15 @@ fn only_exact_encodings_are_read() {
         "resume",
         "ready",
         "failed",
+        "refused",
+        "listed",
         "detached",
         "exiting",
         "stopped",
         "unstoppable",
         "resumed",
         "detach",
+        "feed",
         "spec\n",
         "",
     ];
