@@ -23,6 +23,7 @@ use core::fmt::Write;
 use crate::aggregate::buckets::{self, Scale};
 use crate::aggregate::merge::Snapshot;
 use crate::aggregate::plan::Plans;
+use crate::aggregate::stacks;
 use crate::aggregate::tables::{self, plural, EventView, Frame, Left, Names};
 
 /// The whole report.
@@ -159,22 +160,32 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
         plural(k.total, "hit", "hits"),
         plural(k.keys as u64, "key", "keys")
     );
-    // One column per part of the key, each as wide as its widest cell or its name.
-    let heads: Vec<&str> = plans.by.as_ref().map_or(vec![by], |b| b.parts.iter().map(String::as_str).collect());
-    let widths: Vec<usize> = (0..heads.len())
-        .map(|c| k.rows.iter().filter_map(|r| r.cells.get(c)).map(String::len).max().unwrap_or(0).max(heads[c].len()))
-        .collect();
-    let line = |out: &mut String, cells: &[&str], count: &str| {
-        out.push_str("  ");
-        for (c, w) in cells.iter().zip(&widths) {
-            let _ = write!(out, "{c:<w$} ");
+    let parts = plans.events[event].key.iter().flatten();
+    let stack_parts: Vec<bool> = parts.map(|p| stacks::depth_of(p.key).is_some()).collect();
+    if stack_parts.contains(&true) {
+        for r in &k.rows {
+            bpftrace_row(out, &r.cells, &stack_parts, r.count);
         }
-        let _ = writeln!(out, "{count:>12}");
-    };
-    line(out, &heads, "COUNT");
-    for r in &k.rows {
-        let cells: Vec<&str> = r.cells.iter().map(String::as_str).collect();
-        line(out, &cells, &r.count.to_string());
+    } else {
+        // One column per part of the key, each as wide as its widest cell or its name.
+        let heads: Vec<&str> = plans.by.as_ref().map_or(vec![by], |b| b.parts.iter().map(String::as_str).collect());
+        let widths: Vec<usize> = (0..heads.len())
+            .map(|c| {
+                k.rows.iter().filter_map(|r| r.cells.get(c)).map(String::len).max().unwrap_or(0).max(heads[c].len())
+            })
+            .collect();
+        let line = |out: &mut String, cells: &[&str], count: &str| {
+            out.push_str("  ");
+            for (c, w) in cells.iter().zip(&widths) {
+                let _ = write!(out, "{c:<w$} ");
+            }
+            let _ = writeln!(out, "{count:>12}");
+        };
+        line(out, &heads, "COUNT");
+        for r in &k.rows {
+            let cells: Vec<&str> = r.cells.iter().map(String::as_str).collect();
+            line(out, &cells, &r.count.to_string());
+        }
     }
     if k.rest.0 > 0 {
         let _ = writeln!(
@@ -195,6 +206,26 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
     }
     not_kept(out, "  ", k.unblocked, "hits");
     out.push('\n');
+}
+
+/// A row with a stack as bpftrace prints `@[ustack, ...] = count()`: the parts separated by
+/// commas, a stack's frames one a line, indented.
+fn bpftrace_row(out: &mut String, cells: &[String], stack_parts: &[bool], count: u64) {
+    out.push_str("@[");
+    for (i, cell) in cells.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        if stack_parts.get(i) == Some(&true) {
+            out.push('\n');
+            for f in cell.lines() {
+                let _ = writeln!(out, "    {f}");
+            }
+        } else {
+            out.push_str(cell);
+        }
+    }
+    let _ = writeln!(out, "]: {count}");
 }
 
 fn not_kept(out: &mut String, indent: &str, n: u64, what: &str) {
