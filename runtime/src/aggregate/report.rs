@@ -387,10 +387,16 @@ impl Names for Known<'_> {
         addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jump_active.load(Ordering::SeqCst))
     }
 
-    fn frame(&mut self, addr: u64) -> String {
-        let name = self.symbolize(addr);
+    fn frame(&mut self, addr: u64, caller: bool) -> String {
+        let at = addr - u64::from(caller);
+        let name = self.symbolize(at);
+        // Named by the call's last byte, shown at the return address.
+        let name = match name.rsplit_once("+0x").map(|(s, off)| (s, u64::from_str_radix(off, 16))) {
+            Some((sym, Ok(off))) if caller => format!("{sym}+{:#x}", off + 1),
+            _ => name,
+        };
         let maps = self.maps.get_or_insert_with(maps::current);
-        let module = maps::find(maps, addr as usize).filter(|m| m.is_file() || m.path == "[vdso]");
+        let module = maps::find(maps, at as usize).filter(|m| m.is_file() || m.path == "[vdso]");
         let Some(module) = module.map(|m| m.path.rsplit('/').next().unwrap_or_default().to_string()) else {
             return name;
         };

@@ -20,8 +20,10 @@ pub trait Names: Symbols {
     /// Whether event `event`'s probe is an `int3` (a timed call then includes the return
     /// from its trap).
     fn trapped(&mut self, event: usize) -> bool;
-    /// A stack frame's code address: `symbol+0xoff (module)`, or `FILE+0xoff`.
-    fn frame(&mut self, addr: u64) -> String {
+    /// A stack frame's code address: `symbol+0xoff (module)`, or `FILE+0xoff`; a `caller`'s
+    /// is a return address, named by the call before it (a call that does not return may
+    /// end its function).
+    fn frame(&mut self, addr: u64, _caller: bool) -> String {
         self.symbolize(addr)
     }
     /// Whether event `event` was skipped (`--lenient`: its probe could not be placed):
@@ -291,8 +293,13 @@ fn show_part(
         }
         // One frame a line (the text report indents them); JSON: an array of frames.
         Key::Ustack(_) => {
-            let frames: Vec<String> =
-                stacks.get(&words[0]).map_or(&[][..], |f| f).iter().map(|&a| frame(a, names)).collect();
+            let frames: Vec<String> = stacks
+                .get(&words[0])
+                .map_or(&[][..], |f| f)
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| frame(a, i > 0, names))
+                .collect();
             json.push('[');
             for (i, f) in frames.iter().enumerate() {
                 if i > 0 {
@@ -308,11 +315,11 @@ fn show_part(
 }
 
 /// A stack's frame as reports show it.
-fn frame(addr: u64, names: &mut dyn Names) -> String {
+fn frame(addr: u64, caller: bool, names: &mut dyn Names) -> String {
     if addr == CORRUPT {
         "[stack unreadable from here]".into()
     } else {
-        names.frame(addr)
+        names.frame(addr, caller)
     }
 }
 
