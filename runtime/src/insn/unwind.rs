@@ -108,6 +108,56 @@ pub fn frame_pointer_step(r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -
     }
 }
 
+/// Rows laid out for lookups that touch few cache lines: the starts apart from the rules, as
+/// 32-bit offsets from the first, and per 4 KiB of code the first row that may hold it, so a
+/// lookup searches a handful of neighbouring starts instead of the whole table.
+#[derive(Debug, Default)]
+pub struct Table {
+    base: u64,
+    starts: Vec<u32>,
+    rules: Vec<Rule>,
+    /// Per page from `base`: the index of the row holding the page's first byte.
+    pages: Vec<u32>,
+}
+
+const PAGE_SHIFT: u32 = 12;
+
+impl Table {
+    /// The table of `rows` (sorted by start); rows beyond 4 GiB from the first are left out.
+    pub fn new(rows: &[Row]) -> Table {
+        let Some(first) = rows.first() else { return Table::default() };
+        let base = first.start;
+        let rows: Vec<&Row> = rows.iter().take_while(|r| r.start - base <= u64::from(u32::MAX)).collect();
+        let starts: Vec<u32> = rows.iter().map(|r| (r.start - base) as u32).collect();
+        let last = u64::from(*starts.last().unwrap_or(&0));
+        let pages = (0..=(last >> PAGE_SHIFT))
+            .map(|p| starts.partition_point(|&s| u64::from(s) <= p << PAGE_SHIFT).saturating_sub(1) as u32)
+            .collect();
+        Table { base, starts, rules: rows.iter().map(|r| r.rule).collect(), pages }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rule for link-time address `pc` (hit path: no allocation).
+    pub fn rule_at(&self, pc: u64) -> Rule {
+        let Some(off) = pc.checked_sub(self.base).filter(|&o| o <= u64::from(u32::MAX)) else { return Rule::Unknown };
+        let page = (off >> PAGE_SHIFT) as usize;
+        let Some(&from) = self.pages.get(page) else {
+            return self.rules.last().copied().unwrap_or(Rule::Unknown);
+        };
+        let to = self.pages.get(page + 1).map_or(self.starts.len(), |&t| t as usize + 1);
+        let from = from as usize;
+        let i = self.starts[from..to].partition_point(|&s| u64::from(s) <= off);
+        if from + i == 0 {
+            Rule::Unknown
+        } else {
+            self.rules[from + i - 1]
+        }
+    }
+}
+
 /// The rule for link-time address `pc` in `rows` (sorted by start).
 pub fn rule_at(rows: &[Row], pc: u64) -> Rule {
     let i = rows.partition_point(|r| r.start <= pc);
@@ -260,6 +310,17 @@ mod tests {
         let at = |rip| step(Rule::Plt { threshold: 11 }, &Regs { rip, rsp: 0x7000, rbp: 0 }, &mut |a| Some(a));
         assert_eq!(at(0x1004), Step::Caller { regs: Regs { rip: 0x7000, rsp: 0x7008, rbp: 0 }, slot: 0x7000 });
         assert_eq!(at(0x100b), Step::Caller { regs: Regs { rip: 0x7008, rsp: 0x7010, rbp: 0 }, slot: 0x7008 });
+    }
+
+    #[test]
+    fn a_table_finds_the_rule_a_search_of_the_rows_finds() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let rows = compile(&exe).unwrap();
+        let table = Table::new(&rows);
+        let (first, last) = (rows[0].start, rows[rows.len() - 1].start);
+        for pc in (first.saturating_sub(64)..last + 64).step_by(7) {
+            assert_eq!(table.rule_at(pc), rule_at(&rows, pc), "{pc:#x}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ struct Range {
     start: usize,
     end: usize,
     bias: usize,
-    rows: Arc<Vec<unwind::Row>>,
+    rows: Arc<unwind::Table>,
 }
 
 struct List {
@@ -46,7 +46,7 @@ struct List {
 static LIST: AtomicPtr<List> = AtomicPtr::new(core::ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Tables already made, by (path, inode, first mapping's start): reused across refreshes.
-type Made = HashMap<(String, u64, usize), Arc<Vec<unwind::Row>>>;
+type Made = HashMap<(String, u64, usize), Arc<unwind::Table>>;
 static MADE: Mutex<Option<Made>> = Mutex::new(None);
 
 /// Makes the tables of the modules loaded now and keeps them current from here on
@@ -69,7 +69,7 @@ pub fn refresh() {
     for m in elf::loaded_modules(&maps) {
         let key = (m.path.clone(), m.inode, m.first_start);
         let Some(bias) = made_bias(&m.path, m.first_start, m.first_offset) else { continue };
-        let rows = made.entry(key.clone()).or_insert_with(|| Arc::new(file_rows(&m.path))).clone();
+        let rows = made.entry(key.clone()).or_insert_with(|| Arc::new(unwind::Table::new(&file_rows(&m.path)))).clone();
         for &(start, end) in &m.text {
             ranges.push(Range { start, end, bias, rows: rows.clone() });
         }
@@ -117,7 +117,12 @@ fn vdso(maps: &[Mapping]) -> Option<Range> {
     let obj = object::File::parse(image).ok()?;
     let first = obj.segments().map(|s| s.address()).min()?;
     let rows = unwind::compile(image)?;
-    Some(Range { start: m.start, end: m.end, bias: m.start.wrapping_sub(first as usize), rows: Arc::new(rows) })
+    Some(Range {
+        start: m.start,
+        end: m.end,
+        bias: m.start.wrapping_sub(first as usize),
+        rows: Arc::new(unwind::Table::new(&rows)),
+    })
 }
 
 fn range_of(list: &List, pc: usize) -> Option<&Range> {
@@ -147,7 +152,7 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
             unwind::frame_pointer_step(&r, &mut read)
         } else {
             // Where a module with tables has no rule, %rbp is no frame pointer to trust.
-            unwind::step(unwind::rule_at(&range.rows, pc.wrapping_sub(range.bias) as u64), &r, &mut read)
+            unwind::step(range.rows.rule_at(pc.wrapping_sub(range.bias) as u64), &r, &mut read)
         };
         let (mut next, slot) = match step {
             Step::Caller { regs, slot } => (regs, slot),
