@@ -266,12 +266,42 @@ fn not_returned(out: &mut String, left: &Left) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::merge::Latency;
+    use crate::aggregate::merge::{KeyId, Latency};
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_hist, Request};
     use crate::aggregate::tables::Interval;
     use crate::aggregate::tables::PlainNames as Fake;
     use crate::trace::fetch::{parse, Site};
+
+    #[test]
+    fn stacks_print_as_bpftrace_prints_them_with_other_parts_beside() {
+        let info = [EventInfo::entry("leaf", &[])];
+        let request = Request { count: true, by: Some("tid,ustack:4".into()), ..Request::default() };
+        let plans = build(&info, &request).unwrap();
+        let (one, two) = (0x51, 0x53);
+        let snap = Snapshot {
+            counts: vec![5],
+            dropped: vec![0],
+            unblocked: vec![0],
+            keys: [(KeyId::new(0, &[7, one]), 3), (KeyId::new(0, &[7, two]), 2)].into_iter().collect(),
+            stacks: [(one, vec![0x1000, 0x2005]), (two, vec![0x1000, 0x3009, crate::probe::stacks::CORRUPT])]
+                .into_iter()
+                .collect(),
+            ..Snapshot::default()
+        };
+        let views = [EventView { name: "leaf", group: "g", args: &[] }];
+        let frame = Frame { pid: 1, interval: None, end: true, ts: 0 };
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &[], &mut Fake);
+        assert_eq!(
+            out,
+            "count leaf by tid,ustack:4: 5 hits, 2 keys\n\
+             @[7, \n    0x1000\n    0x2005\n]: 3\n\
+             @[7, \n    0x1000\n    0x3009\n    [stack unreadable from here]\n]: 2\n\n"
+        );
+        let k = tables::keyed(&plans, &snap, &views, 0, &mut Fake);
+        assert_eq!(k.rows[0].json, r#"{"tid":7,"ustack:4":["0x1000","0x2005"]}"#);
+    }
 
     #[test]
     fn a_report_with_every_section() {

@@ -45,8 +45,9 @@ struct List {
 
 static LIST: AtomicPtr<List> = AtomicPtr::new(core::ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Tables already made, by (path, inode, first mapping's start): reused across refreshes.
-type Made = HashMap<(String, u64, usize), Arc<unwind::Table>>;
+/// Load biases and tables already made, by (path, inode, first mapping's start): reused
+/// across refreshes.
+type Made = HashMap<(String, u64, usize), (usize, Arc<unwind::Table>)>;
 static MADE: Mutex<Option<Made>> = Mutex::new(None);
 
 /// Makes the tables of the modules loaded now and keeps them current from here on
@@ -68,8 +69,15 @@ pub fn refresh() {
     let mut live = Vec::new();
     for m in elf::loaded_modules(&maps) {
         let key = (m.path.clone(), m.inode, m.first_start);
-        let Some(bias) = made_bias(&m.path, m.first_start, m.first_offset) else { continue };
-        let rows = made.entry(key.clone()).or_insert_with(|| Arc::new(unwind::Table::new(&file_rows(&m.path)))).clone();
+        let (bias, rows) = match made.get(&key) {
+            Some(known) => known.clone(),
+            None => {
+                let Some(bias) = made_bias(&m.path, m.first_start, m.first_offset) else { continue };
+                let rows = Arc::new(unwind::Table::new(&file_rows(&m.path)));
+                made.insert(key.clone(), (bias, rows.clone()));
+                (bias, rows)
+            }
+        };
         for &(start, end) in &m.text {
             ranges.push(Range { start, end, bias, rows: rows.clone() });
         }
