@@ -12,7 +12,7 @@ use uprobe_tests::{compile, gcc, run_uprobe, Run};
 const FLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-Wextra", "-pthread", "-ldl"];
 
 fn stacks() -> PathBuf {
-    gcc("stacks", &["fixtures/stacks.c"], FLAGS)
+    gcc("stacks", &["fixtures/stacks.c", "fixtures/stacks_corrupt.S"], FLAGS)
 }
 
 /// The fixture's own functions: the frames compared with gdb's.
@@ -38,6 +38,7 @@ const OWN: &[&str] = &[
     "thrower",
     "middle",
     "outer",
+    "corrupt_caller",
 ];
 
 /// The stacks of the text report of `count EVENT by ...`, as function names (module and
@@ -314,4 +315,14 @@ fn a_module_without_call_frame_information_is_followed_by_its_frame_pointers() {
     let said = format!("uprobe-run: stacks: {lib} has no call-frame information (.eh_frame): its frames are followed by frame pointers");
     let told = run.stderr.lines().chain(run.output.lines()).filter(|l| *l == said).count();
     assert_eq!(told, 1, "{}{}", run.stderr, run.output);
+}
+
+#[test]
+fn a_frame_that_cannot_be_followed_ends_the_stack_with_a_marker() {
+    let p = stacks();
+    let run = count(&p, &[&format!("p:leaf {}:leaf", p.display())], "ustack", &["corrupt"]);
+    let got = stacks_of(&run, "leaf");
+    let stack = got.keys().next().unwrap();
+    assert_eq!(strs(stack), ["leaf", "corrupt_caller", "[stack unreadable from here]"]);
+    assert_eq!(got.values().copied().collect::<Vec<_>>(), [1]);
 }
