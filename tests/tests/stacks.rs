@@ -306,7 +306,7 @@ fn a_depth_over_127_is_refused_before_the_program_starts() {
 fn a_module_without_call_frame_information_is_followed_by_its_frame_pointers() {
     let p = stacks();
     let flags = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"];
-    let lib = gcc("libstacks_fp.so", &["fixtures/stacks_fp_lib.c"], &[&flags[..], &["-shared", "-fPIC"]].concat());
+    let lib = gcc("libstacks_fp.so", &["fixtures/stacks_lib.c"], &[&flags[..], &["-shared", "-fPIC"]].concat());
     let lib = lib.to_str().unwrap();
     let run = count(&p, &[&format!("p:leaf {}:leaf", p.display())], "ustack", &["dlopen", lib]);
     let stack = stacks_of(&run, "leaf").into_keys().next().unwrap();

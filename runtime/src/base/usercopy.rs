@@ -104,7 +104,7 @@ pub fn copy(dst: &mut [u8], src: usize) -> bool {
 
 /// Reads the 8-byte word at `src`.
 pub fn read_u64(src: usize) -> Option<u64> {
-    if src < 4096 || src > usize::MAX - 8 {
+    if !(4096..=usize::MAX - 8).contains(&src) {
         return None;
     }
     let mut word = 0u64;
