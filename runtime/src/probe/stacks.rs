@@ -151,11 +151,15 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
     // than a return address, which may lie past the end of a call's function.
     let mut exact = true;
     let mut n = 0;
+    let mut last = None;
     while n < out.len() {
         out[n] = r.rip;
         n += 1;
         let pc = if exact { r.rip } else { r.rip.wrapping_sub(1) } as usize;
-        let Some(range) = range_of(list, pc) else { break };
+        // Callers are mostly in the module of their callee: that one is tried first.
+        let near = last.filter(|r: &&Range| r.start <= pc && pc < r.end);
+        let Some(range) = near.or_else(|| range_of(list, pc)) else { break };
+        last = Some(range);
         let step = if range.rows.is_empty() {
             unwind::frame_pointer_step(&r, &mut read)
         } else {
