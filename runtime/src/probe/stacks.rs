@@ -152,6 +152,7 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
     let mut exact = true;
     let mut n = 0;
     let mut last = None;
+    let mut memo = None;
     while n < out.len() {
         out[n] = r.rip;
         n += 1;
@@ -163,8 +164,14 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
         let step = if range.rows.is_empty() {
             unwind::frame_pointer_step(&r, &mut read)
         } else {
+            // A recursion's frames share their return address, and so their rule.
+            let rule = match memo {
+                Some((at, rule)) if at == pc => rule,
+                _ => range.rows.rule_at(pc.wrapping_sub(range.bias) as u64),
+            };
+            memo = Some((pc, rule));
             // Where a module with tables has no rule, %rbp is no frame pointer to trust.
-            unwind::step(range.rows.rule_at(pc.wrapping_sub(range.bias) as u64), &r, &mut read)
+            unwind::step(rule, &r, &mut read)
         };
         let (mut next, slot) = match step {
             Step::Caller { regs, slot } => (regs, slot),
