@@ -169,12 +169,8 @@ fn measure(engines: &Engines, rows: &mut [HitRow], settings: &Settings) {
 
 /// The path of the libc.so.6 this process runs with.
 fn libc_path() -> Option<String> {
-    fs::read_to_string("/proc/self/maps")
-        .ok()?
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.ends_with("/libc.so.6"))
-        .map(str::to_owned)
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    uprobe_contracts::maps::parse(&maps).into_iter().map(|m| m.path).find(|p| p.ends_with("/libc.so.6"))
 }
 
 /// Writes the probe list for "every function of libc.so.6" and returns (path, count).

@@ -1,12 +1,12 @@
 //! Builds the runtime (libuprobe.so) and puts it inside uprobe-run, so that a copied or
-//! `cargo install`ed binary needs no file beside it: `src/runtime.rs` writes it out on
+//! `cargo install`ed binary needs no file beside it: `src/base/runtime.rs` writes it out on
 //! first use. The runtime is built in release mode whatever the profile (its hit path is
 //! what users measure), in a target directory of its own (the outer build holds the lock on
 //! the usual one), without debug information (the binary carries it; symbols stay).
 //!
 //! `UPROBE_EMBED_RUNTIME=PATH` embeds an already built library instead.
 //!
-//! The bundled handler libraries go in too (`src/bundled.rs` writes them out when a run names
+//! The bundled handler libraries go in too (`src/base/bundled.rs` writes them out when a run names
 //! one by its short name, `--handlers count`): `libcount.so`, built by the same nested build,
 //! and the classic C examples of `handlers/c`, compiled with gcc (without gcc they are left
 //! out, with a warning, and a run that names them is told so).

@@ -120,7 +120,7 @@ const DEFAULT_SIGNALS: [i32; 9] = [
 ];
 
 /// Makes the command's process start with the default action and unblocked for each of
-/// [`DEFAULT_SIGNALS`], whatever the test process inherited: a test that sends a signal, or
+/// `DEFAULT_SIGNALS`, whatever the test process inherited: a test that sends a signal, or
 /// whose program raises one, then sees what it would see from an interactive shell.
 pub fn default_signals(command: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;

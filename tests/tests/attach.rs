@@ -28,7 +28,7 @@ fn mapped_files(maps: &[String]) -> BTreeSet<String> {
     maps.iter().map(|l| l.split_whitespace().nth(5).unwrap_or("[anon]").to_owned()).collect()
 }
 
-/// What detach leaves, as the README says: the runtime and its own dependency, and anonymous
+/// What detach leaves, as docs/attach.md says: the runtime and its own dependency, and anonymous
 /// memory (its thread states, allocator and code slots, none both writable and executable).
 fn assert_clean_after_detach(before: &[String], after: &[String], handler: &Path) {
     assert_eq!(writable_code(after), Vec::<String>::new(), "writable code after detach");

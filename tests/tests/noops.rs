@@ -173,9 +173,10 @@ fn an_oversized_parameter_names_the_variable_and_the_limit() {
         "-c",
         &script,
     ]);
-    // handlers\tPATH \n param\tprobes=... \n param\tother=...; then NAME=, and the NUL.
+    // handlers\tPATH \n param\tprobes=... \n param\tother=... \n end\tCHECK (16 hex digits); then
+    // NAME=, and the NUL.
     let records = ["handlers\t".len() + count.to_str().unwrap().len(), 6 + probes.len(), 6 + other.len()];
-    let spec_len = records.iter().sum::<usize>() + 2;
+    let spec_len = records.iter().sum::<usize>() + 3 + "end\t".len() + 16;
     assert_refused(
         &out,
         &format!(

@@ -7,14 +7,14 @@
 //! counting handler, then gets the tracee past the displaced instruction:
 //!
 //! - `ptrace`: restore the original byte, set rip back to the function, PTRACE_SINGLESTEP,
-//!   wait, re-insert the int3, PTRACE_CONT. Return probes read the return address at [rsp] on
+//!   wait, re-insert the int3, PTRACE_CONT. Return probes read the return address at `[rsp]` on
 //!   entry and plant a temporary int3 there; when it is hit the tracer counts, removes it and
 //!   resumes at the return address (as a debugger's `finish`).
 //! - `ptrace-ool`: no single-step. At the exec stop the tracer makes the tracee call mmap (an
 //!   injected `syscall` instruction) for a page near the program, writes there a copy of the
 //!   displaced instruction, relocated if it is RIP-relative, followed by a jump back, and on
 //!   each hit just sets rip to that copy and continues: the int3 stays in place. Return probes
-//!   replace the return address at [rsp] with a trampoline int3 in the same page (as kernel
+//!   replace the return address at `[rsp]` with a trampoline int3 in the same page (as kernel
 //!   uretprobes do); its hit counts and resumes at the real return address.
 //!
 //! Where tracer and tracee run decides much of the cost: every stop wakes the other process.
@@ -33,6 +33,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use uprobe_contracts::maps;
 
 const INT3: u8 = 0xcc;
 const SIGTRAP: i32 = libc::SIGTRAP;
@@ -150,17 +151,7 @@ impl Tracee {
 
 /// Where the mapping of `program` at file offset 0 starts in /proc/PID/maps text.
 pub fn load_base(maps: &str, program: &Path) -> Option<u64> {
-    let program = program.as_os_str().as_bytes();
-    maps.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let range = fields.next()?;
-        let offset = fields.nth(1)?;
-        let path = fields.nth(2)?;
-        if path.as_bytes() != program || u64::from_str_radix(offset, 16).ok()? != 0 {
-            return None;
-        }
-        u64::from_str_radix(range.split_once('-')?.0, 16).ok()
-    })
+    maps::parse(maps).into_iter().find(|m| Path::new(&m.path) == program && m.offset == 0).map(|m| m.start)
 }
 
 /// The out-of-line page of `ptrace-ool`.

@@ -115,29 +115,7 @@ pub struct IdleRun {
 
 /// The symbolic name of an errno value.
 pub fn errno_name(errno: i32) -> String {
-    let name = match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::ESRCH => "ESRCH",
-        libc::EINTR => "EINTR",
-        libc::EIO => "EIO",
-        libc::E2BIG => "E2BIG",
-        libc::ENOEXEC => "ENOEXEC",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EFAULT => "EFAULT",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::ERANGE => "ERANGE",
-        libc::ENOSYS => "ENOSYS",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::EINPROGRESS => "EINPROGRESS",
-        _ => return format!("errno {errno}"),
-    };
-    name.to_owned()
+    uprobe_contracts::errno::name(errno).map_or_else(|| format!("errno {errno}"), str::to_owned)
 }
 
 /// Turns the handler's `error=CALL(SYM): RESULT` line into a reason.

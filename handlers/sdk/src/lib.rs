@@ -56,7 +56,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
-mod errno;
 mod line;
 // The runtime's own `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen`, hidden: a
 // handler library built with the SDK binds the calls the compiler emits to them, not to
@@ -68,9 +67,9 @@ mod probe;
 mod sys;
 
 pub use abi::{PtRegs, Uprobe, Uretprobe, UretprobeInstance};
-pub use errno::Errno;
 pub use line::Line;
 pub use probe::{OnHit, Probe, ProbeList};
+pub use uprobe_contracts::errno::Errno;
 
 use std::ffi::CString;
 

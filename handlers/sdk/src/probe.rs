@@ -1,7 +1,7 @@
 //! [`Probe`]: a `struct uprobe` with the handler's own state, handed back to the handler.
 
 use crate::abi::{PtRegs, Uprobe};
-use crate::errno::Errno;
+use crate::Errno;
 use core::cell::UnsafeCell;
 use core::ffi::CStr;
 
@@ -156,8 +156,10 @@ mod tests {
         // The runtime's view: a handler taking the `struct uprobe *`.
         // SAFETY: test-only read of a probe nobody else sees.
         let handler = unsafe { (*probe.as_raw()).handler }.unwrap();
-        handler(probe.as_raw(), &mut regs);
-        handler(probe.as_raw(), &mut regs);
+        for _ in 0..2 {
+            // SAFETY: the handler is the SDK's trampoline, given the probe it was made for.
+            unsafe { handler(probe.as_raw(), &mut regs) };
+        }
         assert_eq!(probe.state.load(Ordering::Relaxed), 6);
         assert_eq!(regs.rax, 42);
         assert_eq!(probe.vaddr(), 0x1000);

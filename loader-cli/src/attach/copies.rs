@@ -66,5 +66,5 @@ fn same_file(path: &str, meta: &fs::Metadata) -> bool {
 /// The directory for copies: the private one uprobe-run keeps in /tmp, readable (not
 /// listable) by the process whatever its user.
 fn directory() -> io::Result<PathBuf> {
-    crate::runtime::shared_private_dir()
+    crate::base::runtime::shared_private_dir()
 }

@@ -5,12 +5,12 @@ use std::io;
 use std::path::PathBuf;
 use thiserror::Error;
 
-use crate::elf::ElfProblem;
-use crate::error::describe;
+use crate::base::elf::ElfProblem;
+use crate::base::error::describe;
 
 #[derive(Debug, Error)]
 pub enum AttachError {
-    #[error("{}: cannot copy it to {} for the session (the process has loaded it already): {}", .path.display(), .copy.display(), crate::error::describe(.source))]
+    #[error("{}: cannot copy it to {} for the session (the process has loaded it already): {}", .path.display(), .copy.display(), crate::base::error::describe(.source))]
     Copy { path: std::path::PathBuf, copy: std::path::PathBuf, source: std::io::Error },
     #[error("nothing to do: give a handler library (--handlers LIB.so) to run in process {pid}")]
     NothingToDo { pid: i32 },

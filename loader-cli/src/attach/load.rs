@@ -73,7 +73,7 @@ pub fn runtime(
     thread.call("dlopen", dlopen, &[Arg::Str(path.as_bytes()), Arg::Int(flags)])?;
     closed(thread)?;
     let meta = file.metadata().map_err(|e| failed(format!("fstat of its memory file: {e}")))?;
-    let dev = format!("{:02x}:{:02x}", libc::major(meta.dev()), libc::minor(meta.dev()));
+    let dev = (libc::major(meta.dev()), libc::minor(meta.dev()));
     let maps = target.maps()?;
     let first = maps.iter().find(|m| m.offset == 0 && m.inode == meta.ino() && m.dev == dev).cloned();
     first.ok_or_else(|| {

@@ -25,18 +25,18 @@ mod session;
 mod stop;
 mod symbols;
 mod target;
-// Each side sends one half of the messages and decodes the other.
-#[allow(dead_code)]
-#[path = "../../../runtime/src/attach/wire.rs"]
-mod wire;
 
 pub use error::AttachError;
+use uprobe_contracts::wire;
 
 use std::borrow::Cow;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::base::error::Error;
+use crate::base::{check, runtime};
+use crate::plan::{self, Output};
 use inject::{Arg, Hijacked};
 use stop::{Held, StopError};
 use target::{Mapping, Target};
@@ -62,8 +62,37 @@ pub struct Request {
 /// Rounds of stopping the threads in search of one at a safe place.
 const PICK_ROUNDS: usize = 50;
 
+/// Attaches as `plan` says, once the runtime and the handler libraries are checked, and runs
+/// the session; returns uprobe-run's exit status.
+pub fn run(plan: plan::Attach) -> Result<i32, Error> {
+    let (runtime, runtime_bytes) = runtime::for_attach()?;
+    let handlers = check::handlers(&plan.setup.handlers)?;
+    let switches = plan.setup.switches;
+    let request = Request {
+        pid: plan.pid,
+        runtime,
+        runtime_bytes,
+        handlers,
+        params: plan.setup.params.iter().map(|p| p.to_string()).collect(),
+        output: plan.setup.output.map(|output| match output {
+            Output::Stdout => PathBuf::from("-"),
+            Output::File(path) => path,
+        }),
+        options: switches.names().into_iter().map(String::from).collect(),
+        duration: plan.duration,
+        verbose: switches.verbose,
+    };
+    Ok(attach(request)?)
+}
+
+impl From<AttachError> for Error {
+    fn from(error: AttachError) -> Error {
+        Error::Attach(Box::new(error))
+    }
+}
+
 /// Attaches as `request` says and runs the session; returns uprobe-run's exit status.
-pub fn run(request: Request) -> Result<i32, AttachError> {
+fn attach(request: Request) -> Result<i32, AttachError> {
     let started = Instant::now();
     // First: a Ctrl-C from now on ends the session properly instead of killing uprobe-run
     // half-way through.
@@ -129,7 +158,7 @@ fn pick_thread(
     let maps = target.maps()?;
     let code_of = |prefixes: &[&str]| -> Vec<&Mapping> {
         let named = |m: &&Mapping| prefixes.iter().any(|p| m.path.rsplit('/').next().unwrap_or("").starts_with(p));
-        maps.iter().filter(|m| m.perms.contains('x')).filter(named).collect()
+        maps.iter().filter(|m| m.exec).filter(named).collect()
     };
     let loader = code_of(&["ld-linux"]);
     let libc = code_of(&["libc.so", "libpthread"]);
@@ -288,9 +317,12 @@ mod tests {
         Mapping {
             start,
             end: start + 0x1000,
-            perms: "r-xp".into(),
+            read: true,
+            write: false,
+            exec: true,
+            shared: false,
             offset: 0,
-            dev: "08:01".into(),
+            dev: (8, 1),
             inode: 1,
             path: path.into(),
         }

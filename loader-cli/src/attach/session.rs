@@ -16,7 +16,8 @@ use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
 use crate::attach::wire::{FromAgent, ToAgent, MAX_MESSAGE};
 use crate::attach::{net, Request};
-use crate::launch;
+use crate::base::spec;
+use uprobe_contracts::spec::Spec;
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -91,7 +92,7 @@ pub fn output_checked(status: i32) -> i32 {
     let name = NAME.get().map_or("standard error", String::as_str);
     eprintln!(
         "uprobe-run: cannot write the output ({name}): {}: lost {writes} write{s} of the handlers' output",
-        crate::error::describe(&error)
+        crate::base::error::describe(&error)
     );
     if status == 0 {
         74
@@ -188,7 +189,13 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let records = launch::run_spec(&self.request.handlers, &self.request.params, None, &self.request.options, &[]);
+        let params: Vec<(String, String)> = (self.request.params.iter())
+            .map(|p| p.split_once('=').map_or((p.clone(), String::new()), |(n, v)| (n.to_owned(), v.to_owned())))
+            .collect();
+        let switches: Vec<&str> = self.request.options.iter().map(String::as_str).collect();
+        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, Spec::default())
+            .and_then(|spec| spec::encode(&spec))
+            .map_err(|e| self.protocol(e.to_string()))?;
         let records = records.to_string_lossy().into_owned();
         self.send(&ToAgent::Spec(records), Some(theirs.as_raw_fd()))?;
         drop(theirs);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::attach::error::{AttachError, Yama};
 use crate::attach::ptrace;
-use crate::elf;
+use crate::base::elf;
 
 /// How a runtime an attach loaded from a memory file appears in `/proc/PID/maps` (followed
 /// by ` (deleted)`).
@@ -22,35 +22,7 @@ pub const AGENT_NAME: &str = "uprobe-agent";
 const EXIT_CHECKS: u32 = 20;
 const EXIT_CHECK_GAP: std::time::Duration = std::time::Duration::from_millis(5);
 
-/// One mapping of `/proc/PID/maps`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub perms: String,
-    pub offset: u64,
-    /// `major:minor`, in hex, as the maps file has it.
-    pub dev: String,
-    pub inode: u64,
-    pub path: String,
-}
-
-/// Parses the text of a maps file; malformed lines are skipped.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.splitn(6, ' ');
-            let (start, end) = f.next()?.split_once('-')?;
-            let perms = f.next()?.to_owned();
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let dev = f.next()?.to_owned();
-            let inode = f.next()?.parse().ok()?;
-            let path = f.next().unwrap_or("").trim_start().to_owned();
-            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
-            Some(Mapping { start, end, perms, offset, dev, inode, path })
-        })
-        .collect()
-}
+pub use uprobe_contracts::maps::{parse as parse_maps, Mapping};
 
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)

@@ -19,11 +19,15 @@ use crate::fetch::{self, FetchArg, Site};
 /// The most fetchargs an event may have (one fault bit each in a record).
 /// At most as many fetchargs as a record has fault bits.
 pub const MAX_ARGS: usize = 32;
+/// The group of an event defined without `GRP/` (as the kernel's).
 pub const DEFAULT_GROUP: &str = "uprobes";
 
+/// Whether a definition is an entry event (`p`) or a return event (`r`, `%return`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// `p`: at the instruction WHERE names (a function's entry, or any instruction).
     Entry,
+    /// `r` (or `p ... WHERE%return`): at the return of the function WHERE names.
     Return,
 }
 
@@ -32,27 +36,38 @@ pub enum Kind {
 pub enum Place {
     /// `PATH:OFFSET`: a file offset (PATH a path, or a module's name).
     FileOffset {
+        /// The file as written.
         path: String,
+        /// The offset into the file.
         offset: u64,
     },
     /// `[MODULE:]SYMBOL[+OFFSET]`; SYMBOL may be a glob.
     Symbol {
+        /// The module, when given (a path, a file name or its stem).
         module: Option<String>,
+        /// The symbol, or a glob of symbols.
         name: String,
+        /// The offset from the symbol's start.
         offset: u64,
     },
+    /// `0xADDR`: an address in the process.
     Address(u64),
 }
 
+/// One parsed definition: `p|r[:[GRP/]EVENT] WHERE [FETCHARGS] [if FILTER]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Definition {
     /// The definition as the user wrote it.
     pub text: String,
+    /// Entry or return.
     pub kind: Kind,
+    /// GRP, or [`DEFAULT_GROUP`].
     pub group: String,
     /// The name given; None: derived from WHERE (see [`Definition::default_name`]).
     pub event: Option<String>,
+    /// WHERE.
     pub place: Place,
+    /// The fetchargs, in the order written.
     pub args: Vec<FetchArg>,
     /// `if FILTER`: the predicate's text and the byte where it starts (see `filter`).
     pub filter: Option<(usize, String)>,
@@ -62,7 +77,9 @@ pub struct Definition {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("at column {}: expected {what}", .at + 1)]
 pub struct DefError {
+    /// The byte of the text where the error is.
     pub at: usize,
+    /// What was expected there.
     pub what: String,
 }
 

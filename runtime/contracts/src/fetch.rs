@@ -45,12 +45,15 @@ const REGS: [(&str, u8); 21] = [
 /// Where a value comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fetch {
+    /// `%REG`: a register.
     Reg(Reg),
     /// `$stackN`: the Nth word on the stack.
     Stack(u32),
     /// `$stack`: the stack pointer.
     StackPointer,
+    /// `$retval`: the return value (return events only).
     Retval,
+    /// `$comm`: the thread's name.
     Comm,
     /// `$argN`, 1-based: the System V argument registers, then the stack.
     Arg(u32),
@@ -58,45 +61,64 @@ pub enum Fetch {
     Memory(u64),
     /// `@+OFFSET`: memory at a file offset of the probed file.
     FileOffset(u64),
+    /// `\IMM`: an immediate number.
     Immediate(u64),
+    /// `\"TEXT"`: an immediate string.
     ImmediateString(Vec<u8>),
     /// `+|-OFFS(FETCHARG)`: memory at the inner value plus the offset.
     Deref {
+        /// OFFS, added to the inner value.
         offset: i64,
+        /// The address's fetcharg.
         inner: Box<Fetch>,
     },
 }
 
+/// How a value is shown, and compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Base {
+    /// `u8`..`u64`: an unsigned number.
     Unsigned,
+    /// `s8`..`s64`: a signed number.
     Signed,
+    /// `x8`..`x64`: hexadecimal.
     Hex,
+    /// `char`: a character.
     Char,
+    /// `string`, `ustring`: the text at the address.
     String,
+    /// `symbol`: the value as `sym+0xoff`.
     Symbol,
 }
 
+/// A bitfield `b<width>@<offset>/<container>`, in bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bitfield {
+    /// How many bits.
     pub width: u8,
+    /// From which bit of the container.
     pub offset: u8,
 }
 
+/// A fetcharg's type: `:TYPE` as written, or [`Type::DEFAULT`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Type {
+    /// How it is shown.
     pub base: Base,
     /// Size in bytes of one element as read from memory (strings: 8, the pointer).
     pub size: u8,
+    /// A bitfield of the element, if one.
     pub bitfield: Option<Bitfield>,
     /// `TYPE[N]`.
     pub count: Option<u32>,
 }
 
 impl Type {
+    /// The type of a fetcharg written without one: `x64`.
     pub const DEFAULT: Type = Type { base: Base::Hex, size: 8, bitfield: None, count: None };
     const STRING: Type = Type { base: Base::String, size: 8, bitfield: None, count: None };
 
+    /// Whether the value is a string (read at its address).
     pub fn is_string(&self) -> bool {
         self.base == Base::String
     }
@@ -120,8 +142,11 @@ impl Type {
 /// One parsed fetcharg.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchArg {
+    /// NAME, or `argN` for the Nth fetcharg written without one.
     pub name: String,
+    /// Where the value comes from.
     pub fetch: Fetch,
+    /// How it is read and shown.
     pub ty: Type,
 }
 
@@ -129,7 +154,9 @@ pub struct FetchArg {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("{what}")]
 pub struct ArgError {
+    /// The byte of the fetcharg's text where the error is.
     pub at: usize,
+    /// What is wrong.
     pub what: String,
 }
 
@@ -140,7 +167,9 @@ fn err<T>(at: usize, what: impl Into<String>) -> Result<T, ArgError> {
 /// Where the probe sits, which decides what the fetchargs may name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Site {
+    /// An entry event (`p`), at a function's entry or any instruction: no `$retval`.
     Entry,
+    /// A return event (`r`): `$retval`, and no `$argN`.
     Return,
 }
 

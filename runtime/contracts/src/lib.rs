@@ -1,11 +1,28 @@
-//! What `uprobe-run` and the runtime it preloads both read, defined once: event definitions
-//! in the kernel's `uprobe_events` grammar ([`def`]), their fetchargs ([`fetch`]), and
-//! predicates in the kernel's event-filter grammar, compiled by `uprobe-run` into a small
-//! program that travels in the run spec and that the runtime runs at each hit ([`filter`]).
+//! What `uprobe-run`, the runtime it preloads, handler libraries, the tests and the benches
+//! all read, defined once:
 //!
-//! Pure: text in, values out; no process state, nothing that allocates at evaluation.
+//! - [`abi`]: the C ABI of `include/uprobe.h` (`struct pt_regs`, `struct uprobe`, ...), its
+//!   layout checked against the header; [`errno`]: the negative errno values the C API
+//!   returns, and their names;
+//! - [`spec`]: the run's spec, encoded by `uprobe-run` and decoded by the runtime;
+//! - [`wire`]: the messages of an attach session's socket;
+//! - [`maps`]: lines of `/proc/PID/maps`;
+//! - [`def`]: event definitions in the kernel's `uprobe_events` grammar, their fetchargs
+//!   ([`fetch`]), and predicates in the kernel's event-filter grammar, compiled by
+//!   `uprobe-run` into a small program that travels in the run spec and that the runtime runs
+//!   at each hit ([`filter`]).
+//!
+//! Pure: text in, values out; no system calls, no globals, no process state, nothing that
+//! allocates at evaluation. Decoders refuse what they cannot read exactly; none panics.
 #![deny(unsafe_code)]
 
+pub mod abi;
 pub mod def;
+pub mod errno;
 pub mod fetch;
 pub mod filter;
+pub mod maps;
+pub mod spec;
+#[cfg(test)]
+mod testgen;
+pub mod wire;

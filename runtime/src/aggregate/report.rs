@@ -343,7 +343,7 @@ impl Symbols for Known<'_> {
         let name = self.symbol(addr).or_else(|| {
             let m = maps::find(self.maps.get_or_insert_with(maps::current), addr as usize)?.clone();
             let file = m.path.rsplit('/').next().filter(|_| m.is_file())?;
-            Some(format!("{file}+{:#x}", addr as usize - m.start + m.offset))
+            Some(format!("{file}+{:#x}", addr - m.start + m.offset))
         });
         match name {
             Some(s) => {

@@ -55,12 +55,17 @@ fn scrub_environment() {
 
 /// Leaves the runtime in the environment for the programs this one execs (`--follow-exec`),
 /// marking the specification so that they know they were exec'd.
-fn pass_on_environment(text: &str, spec: &Spec) {
+fn pass_on_environment(spec: &Spec) {
     if !spec.options.followed_exec {
+        let mut passed = spec.clone();
+        passed.options.followed_exec = true;
         // The metrics feed's descriptor is this program's alone (close-on-exec): a later
         // program would find another file, or nothing, at that number.
-        let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with("feed\t")).collect();
-        environ::replace(spec::ENV_SPEC, &format!("{}\n{}", kept.join("\n"), spec::FOLLOWED_RECORD));
+        passed.aggregate.feed = None;
+        match spec::encode(&passed) {
+            Ok(text) => drop(environ::replace(spec::ENV_SPEC, &text)),
+            Err(e) => fail(&format!("cannot pass {} on: {e}", spec::ENV_SPEC)),
+        }
     }
 }
 
@@ -75,9 +80,9 @@ extern "C" fn init() {
         return;
     };
     sys::init_errno();
-    let spec = Spec::parse(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
+    let spec = spec::decode(&text).unwrap_or_else(|e| fail(&format!("bad {}: {e}", spec::ENV_SPEC)));
     if spec.options.follow_exec {
-        pass_on_environment(&text, &spec);
+        pass_on_environment(&spec);
     } else {
         scrub_environment();
     }

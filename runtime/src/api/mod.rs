@@ -5,7 +5,7 @@
 //! - [`handlers`]: handler libraries, their `uprobe_init` (one placement batch each) and
 //!   `uprobe_exit`;
 //! - [`ending`]: the end-of-run report, whichever way the process ends;
-//! - [`init`]: start-up, from `.init_array`, before the program's constructors and `main`;
+//! - `init`: start-up, from `.init_array`, before the program's constructors and `main`;
 //! - [`attach`]: `uprobe_attach_begin`, which `uprobe-run --pid` calls in a running process.
 //!
 //! Context: normal (start-up, the program's calls), or a handler for the C functions.

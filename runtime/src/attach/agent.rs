@@ -24,7 +24,7 @@ use crate::attach::channel::{Channel, RecvError};
 use crate::attach::hold;
 use crate::attach::session::Session;
 use crate::attach::wire::{FromAgent, ToAgent};
-use crate::base::spec::Spec;
+use crate::base::spec::{self, Spec};
 use crate::base::sys::{self, Errno};
 use crate::base::{output, params, route, socket};
 use crate::insn::vector;
@@ -166,7 +166,7 @@ fn receive_spec(channel: &Channel) -> Option<(Spec, i32)> {
         }
     }
     match channel.recv() {
-        Ok((ToAgent::Spec(text), Some(fd))) => match Spec::parse(&text) {
+        Ok((ToAgent::Spec(text), Some(fd))) => match spec::decode(&text) {
             Ok(spec) => Some((spec, fd)),
             Err(e) => {
                 let _ = channel.send(&FromAgent::Failed { line: format!("the session's spec: {e}") });

@@ -4,8 +4,8 @@
 //! - [`agent`]: the agent thread: the session's life, and the process's exit during it;
 //! - [`session`]: the session's handler libraries, the probes they own, unloading them;
 //! - [`hold`]: holding the other threads for a batch's writes, through `uprobe-run`;
-//! - [`channel`], [`wire`]: the session socket and its messages (`wire` is pure and shared
-//!   with `uprobe-run`).
+//! - [`channel`], [`wire`]: the session socket and its messages (`wire` is the contracts
+//!   crate's, shared with `uprobe-run`).
 //!
 //! Context: normal, on the agent thread (the program's threads running, or held stopped by
 //! `uprobe-run` while a batch is written); `agent::at_exit` on the thread that calls `exit`.
@@ -17,4 +17,4 @@ pub mod channel;
 pub mod hold;
 #[allow(unsafe_code)]
 pub mod session;
-pub mod wire;
+pub use uprobe_contracts::wire;

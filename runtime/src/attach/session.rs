@@ -57,7 +57,7 @@ fn range_of(inode: u64) -> (usize, usize) {
     let mappings: Vec<maps::Mapping> = maps::parse(&text).into_iter().filter(|m| m.inode == inode).collect();
     let lo = mappings.iter().map(|m| m.start).min().unwrap_or(0);
     let hi = mappings.iter().map(|m| m.end).max().unwrap_or(0);
-    (lo, hi)
+    (lo as usize, hi as usize)
 }
 
 /// The inode of `path` (0 if it cannot be read: its mappings are then not found either).

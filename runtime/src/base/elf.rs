@@ -217,20 +217,20 @@ pub fn loaded_modules(maps: &[Mapping]) -> Vec<LoadedModule> {
         // call memcmp, which may itself be probed.
         match modules.iter_mut().find(|x| x.inode == m.inode && x.path.len() == m.path.len()) {
             Some(x) => {
-                if m.offset < x.first_offset {
-                    x.first_offset = m.offset;
-                    x.first_start = m.start;
+                if (m.offset as usize) < x.first_offset {
+                    x.first_offset = m.offset as usize;
+                    x.first_start = m.start as usize;
                 }
                 if m.exec {
-                    x.text.push((m.start, m.end));
+                    x.text.push((m.start as usize, m.end as usize));
                 }
             }
             None => modules.push(LoadedModule {
                 path: m.path.clone(),
                 inode: m.inode,
-                first_start: m.start,
-                first_offset: m.offset,
-                text: if m.exec { vec![(m.start, m.end)] } else { vec![] },
+                first_start: m.start as usize,
+                first_offset: m.offset as usize,
+                text: if m.exec { vec![(m.start as usize, m.end as usize)] } else { vec![] },
             }),
         }
     }

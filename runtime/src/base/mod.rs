@@ -7,14 +7,16 @@
 //!   sessions' own outputs;
 //! - [`maps`], [`elf`]: the address space and ELF symbol tables (parsing is pure);
 //! - [`spec`]: what `uprobe-run` passes in the environment; [`params`]: the `--param` values;
-//!   [`abi`]: the `repr(C)` types of `include/uprobe.h`;
+//!   [`abi`]: the `repr(C)` types of `include/uprobe.h` (both from `uprobe_contracts`);
 //! - [`disable`]: whether the runtime is off in this process; [`stats`]: its counters;
 //! - [`usercopy`]: reads of memory that may not be there (fetchargs through bad pointers);
 //! - [`socket`]: unix sockets, poll and eventfd, for attach sessions.
 //!
 //! Context: each function says whether it is signal-safe; parsing code is pure.
 
-pub mod abi;
+// The contracts shared with uprobe-run and handler libraries, where the runtime's code names them.
+pub use uprobe_contracts::{abi, spec};
+
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod cfi;
@@ -33,7 +35,6 @@ pub mod params;
 pub mod route;
 #[allow(unsafe_code)]
 pub mod socket;
-pub mod spec;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

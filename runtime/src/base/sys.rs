@@ -54,7 +54,7 @@ unsafe fn raw(nr: libc::c_long, args: [usize; 6]) -> isize {
 /// A counted raw call; `Err(errno)` for the kernel's negative returns.
 ///
 /// # Safety
-/// As [`raw`].
+/// As `raw`.
 pub unsafe fn call(kind: Call, nr: libc::c_long, args: [usize; 6]) -> Result<usize, Errno> {
     stats::count_syscall(kind);
     // SAFETY: the caller's promise, passed on.

@@ -14,7 +14,7 @@
 //! `dlopen`, found by its return address. Called from here that would be the runtime, so
 //! the real `dlopen` is called through a stub in anonymous memory, which belongs to no
 //! object: glibc then takes the main program as the caller, which is right for calls from
-//! the program (and what a library's own `dlopen` calls get too; see the README).
+//! the program (and what a library's own `dlopen` calls get too; see docs/hazards.md, dlopen / dlclose).
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};

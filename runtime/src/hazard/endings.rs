@@ -6,7 +6,7 @@
 //! - `exec`: interposed (`hazard::exec`); the report comes before the new program starts;
 //! - a signal whose default action ends the process ([`FATAL`], SIGSEGV, SIGBUS, SIGTRAP):
 //!   the runtime's handler stands in for the default action while the program leaves it
-//!   ([`on_fatal`]): it reports, then the process dies of the same signal, with the same
+//!   (`on_fatal`): it reports, then the process dies of the same signal, with the same
 //!   status and core dump. A watchdog ends the process by that signal if the report does not
 //!   finish within two seconds (a handler's `uprobe_exit` may block when the program died
 //!   holding a lock, inside `malloc` say).

@@ -29,7 +29,9 @@ static OPEN: Mutex<Vec<(usize, usize, i32)>> = Mutex::new(Vec::new());
 pub fn true_protections(maps: &mut [Mapping]) {
     let open = OPEN.lock();
     for m in maps.iter_mut() {
-        if let Some(&(_, _, prot)) = open.iter().find(|(start, len, _)| *start <= m.start && m.end <= start + len) {
+        if let Some(&(_, _, prot)) =
+            open.iter().find(|(start, len, _)| *start <= m.start as usize && m.end as usize <= start + len)
+        {
             m.read = prot & libc::PROT_READ != 0;
             m.write = prot & libc::PROT_WRITE != 0;
             m.exec = prot & libc::PROT_EXEC != 0;

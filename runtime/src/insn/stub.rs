@@ -16,7 +16,7 @@ use crate::insn::jump::{JumpPlan, NoJump};
 /// Bytes reserved for one stub.
 pub const STUB_SIZE: usize = 160;
 
-/// Where the relocated instructions start in a stub (after [`stub_head`]).
+/// Where the relocated instructions start in a stub (after `stub_head`).
 pub const BODY_OFFSET: usize = 31;
 
 /// The fixed head of every stub: step over the red zone, leave the context word on the stack,

@@ -6,8 +6,8 @@
 //!   lock holder: it never allocates, never takes a lock, and touches only memory prepared
 //!   before the probe was armed. The displaced instruction is then emulated on the saved
 //!   context or resumed in its out-of-line slot: the thread never single-steps.
-//! - Through a jump probe's stub ([`uprobe_jump_common`], normal thread context): the stub
-//!   saved the registers into a `struct pt_regs` and calls [`jump_hit`].
+//! - Through a jump probe's stub (`uprobe_jump_common`, normal thread context): the stub
+//!   saved the registers into a `struct pt_regs` and calls `jump_hit`.
 //!
 //! Either way the thread is marked busy before anything that may be probed runs (see
 //! `thread`); a hit on a busy thread, or on a thread inside the runtime, runs no handler and

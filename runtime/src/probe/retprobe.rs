@@ -2,9 +2,9 @@
 //!
 //! At an entry hit of a return-probed function the runtime saves the real return address in a
 //! per-thread, bounded, preallocated return stack and replaces it, on the program's stack,
-//! with the address of [`uprobe_ret_trampoline`]. That trampoline is plain code: when the
+//! with the address of `uprobe_ret_trampoline`. That trampoline is plain code: when the
 //! function returns into it, it saves the general registers, the flags and xmm0-15 (what a
-//! handler compiled for x86-64 may change), calls [`return_hit`] in normal thread context,
+//! handler compiled for x86-64 may change), calls `return_hit` in normal thread context,
 //! which runs the return handlers with the registers as a `struct pt_regs`, and resumes at the
 //! real return address.
 //! A return costs a few dozen nanoseconds, not a signal.
@@ -13,7 +13,7 @@
 //! below the stack pointer of a later entry or return belongs to a frame that was left without
 //! returning (`longjmp`, `siglongjmp`, an exception) and is dropped. Code that reads return
 //! addresses (the C++ unwinder, `backtrace()`, `pthread_exit`'s forced unwind) is interposed
-//! by the hazards layer (`hazard::unwind`), which uses [`with_records`]: the real addresses
+//! by the hazards layer (`hazard::unwind`), which uses `with_records`: the real addresses
 //! go back on the stack before it runs; after `backtrace()` returns, and when an exception is
 //! caught, the frames still live are hooked again, so their returns keep being counted.
 //!
@@ -144,7 +144,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
         let ri = st.instance(offset);
         // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena.
         unsafe {
-            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2] });
+            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2], data: [] });
             if let Some(entry) = probe.entry_handler {
                 st.arena_top += size; // an entry handler that hits a probe sees the space taken
                 let outer_code = t.code.replace(entry as usize);

@@ -90,7 +90,7 @@ pub enum Lookup {
 }
 
 impl ReturnStack {
-    /// The records in use, oldest first (removed ones included, see [`Frame::is_gone`]).
+    /// The records in use, oldest first (removed ones included, see `Frame::is_gone`).
     pub fn live(&self) -> impl Iterator<Item = (usize, &Frame)> {
         self.frames[..self.depth].iter().enumerate().filter(|(_, f)| !f.is_gone())
     }

@@ -49,7 +49,8 @@ pub fn place_near(maps: &[Mapping], near: usize, len: usize, reach: usize) -> Op
     let mut best: Option<usize> = None;
     let mut prev_end = LOWEST;
     let mut prev_is_heap = false;
-    let ends = maps.iter().map(|m| (m.start, m.end, m.path == "[heap]")).chain([(HIGHEST, HIGHEST, false)]);
+    let ends =
+        maps.iter().map(|m| (m.start as usize, m.end as usize, m.path == "[heap]")).chain([(HIGHEST, HIGHEST, false)]);
     for (start, end, heap) in ends {
         let (gap_lo, gap_hi) = (prev_end.max(LOWEST), start.min(HIGHEST));
         if gap_hi >= gap_lo + len && !prev_is_heap {

@@ -120,17 +120,13 @@ fn file_rows(path: &str) -> Vec<unwind::Row> {
 /// The vDSO's range and rows, read from its image in memory.
 fn vdso(maps: &[Mapping]) -> Option<Range> {
     let m = maps.iter().find(|m| m.path == "[vdso]" && m.read)?;
+    let (start, end) = (m.start as usize, m.end as usize);
     // SAFETY: the vDSO mapping is readable for its whole length for the life of the process.
-    let image = unsafe { core::slice::from_raw_parts(m.start as *const u8, m.end - m.start) };
+    let image = unsafe { core::slice::from_raw_parts(start as *const u8, end - start) };
     let obj = object::File::parse(image).ok()?;
     let first = obj.segments().map(|s| s.address()).min()?;
     let rows = unwind::compile(image)?;
-    Some(Range {
-        start: m.start,
-        end: m.end,
-        bias: m.start.wrapping_sub(first as usize),
-        rows: Arc::new(unwind::Table::new(&rows)),
-    })
+    Some(Range { start, end, bias: start.wrapping_sub(first as usize), rows: Arc::new(unwind::Table::new(&rows)) })
 }
 
 fn range_of(list: &List, pc: usize) -> Option<&Range> {

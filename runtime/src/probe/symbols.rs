@@ -138,7 +138,7 @@ impl View {
 
     /// The protection of the page holding `addr`.
     pub fn prot_at(&mut self, addr: usize) -> i32 {
-        self.mapping(addr).map_or(libc::PROT_READ | libc::PROT_EXEC, |m| m.prot())
+        self.mapping(addr).map_or(libc::PROT_READ | libc::PROT_EXEC, |m| maps::prot(&m))
     }
 
     pub fn elf(&mut self, path: &str) -> Option<Arc<ElfInfo>> {
@@ -277,7 +277,7 @@ impl View {
         };
         let start = bias.wrapping_add(value as usize);
         let maps = self.maps(Some(start));
-        let text = maps::find(&maps, start).filter(|m| m.exec && start + size as usize <= m.end)?;
+        let text = maps::find(&maps, start).filter(|m| m.exec && start + size as usize <= m.end as usize)?;
         let end = start + size as usize;
         // The padding after the function: up to the next symbol (or FDE), at most 16 bytes,
         // same mapping.
@@ -286,7 +286,7 @@ impl View {
             let fde = self.next_fde_after(&module.path, value + size - 1);
             next = next.min(fde.map_or(usize::MAX, |v| bias.wrapping_add(v as usize)));
         }
-        let padding_end = next.min(end + 16).min(text.end).max(end);
+        let padding_end = next.min(end + 16).min(text.end as usize).max(end);
         // SAFETY: the function and its padding lie inside one executable (hence readable) mapping.
         let mut bytes = unsafe { crate::insn::patch::read_code(start, padding_end - start) };
         self.unpatch(&mut bytes, start);

@@ -6,7 +6,7 @@
 //!
 //! The list was measured on glibc 2.36 by probing every libc function entry with `int3` and
 //! bisecting the sets that killed threaded programs, `posix_spawn`, `system`, `popen`,
-//! `make -j2` and Python: see the README's table.
+//! `make -j2` and Python: see the table of docs/hazards.md.
 //!
 //! Pure: names in, answers out.
 

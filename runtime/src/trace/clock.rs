@@ -28,7 +28,7 @@ static NS0: AtomicU64 = AtomicU64::new(0);
 static TSC1: AtomicU64 = AtomicU64::new(0);
 static NS1: AtomicU64 = AtomicU64::new(0);
 
-/// Which clock records use, for `--verbose` and the README's claim.
+/// Which clock records use, for `--verbose` and the claim of docs/events.md (The stream).
 pub fn describe() -> &'static str {
     if USE_TSC.load(Ordering::Relaxed) {
         "rdtsc (and rdpid or rdtscp for the CPU), calibrated against the vDSO's CLOCK_MONOTONIC"
@@ -43,10 +43,10 @@ pub fn describe() -> &'static str {
 pub fn init() {
     // SAFETY: getauxval has no preconditions.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    let vdso = maps::current().into_iter().find(|m| m.start == base && base != 0);
+    let vdso = maps::current().into_iter().find(|m| m.start == base as u64 && base != 0);
     if let Some(m) = vdso {
         // SAFETY: the vDSO is mapped readable for the life of the process.
-        let image = unsafe { core::slice::from_raw_parts(m.start as *const u8, m.end - m.start) };
+        let image = unsafe { core::slice::from_raw_parts(m.start as *const u8, (m.end - m.start) as usize) };
         if let Ok(info) = elf::ElfInfo::parse(image) {
             let at = |name: &str| info.symbol(name).map_or(0, |s| base + s.value as usize);
             VDSO_GETTIME.store(at("__vdso_clock_gettime"), Ordering::Relaxed);

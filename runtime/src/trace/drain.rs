@@ -1,6 +1,6 @@
 //! The drain thread: every few milliseconds it takes the records out of every thread's ring,
 //! puts them in time order and writes them, formatted, to the run's output in large writes.
-//! A record is held back until it is older than [`MARGIN_NS`], so that a record a slower
+//! A record is held back until it is older than `MARGIN_NS`, so that a record a slower
 //! thread is still writing cannot come out before one it precedes. At the end of the run
 //! ([`finish`]) everything left is written, then the records dropped per event.
 //!

@@ -16,7 +16,7 @@ const LD_SO_CACHE: &str = "/etc/ld.so.cache";
 const SUGGESTIONS: usize = 3;
 
 /// Ok if a file could be the module `name`; otherwise the closest names known (loaded
-/// modules first, then installed libraries), at most [`SUGGESTIONS`].
+/// modules first, then installed libraries), at most `SUGGESTIONS`.
 pub fn findable(name: &str, loaded: &[LoadedModule]) -> Result<(), Vec<String>> {
     if name.contains('/') {
         return match std::fs::metadata(name) {

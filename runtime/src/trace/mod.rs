@@ -10,7 +10,7 @@
 //! - [`read`]: fetchargs read at the hit, and predicates (`if EXPR`, `--filter`) run on
 //!   them before anything is recorded or counted; [`filter`]: what the predicates let
 //!   through, and `--max-events`;
-//! - [`format`]: records as text, JSON and Chrome events (pure);
+//! - [`mod@format`]: records as text, JSON and Chrome events (pure);
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
 //! - [`buffers`]: the per-thread rings;

@@ -532,7 +532,7 @@ fn set_file_bases() {
 
 fn set_file_base(ev: &Event, addr: usize, maps: &[maps::Mapping]) {
     if let Some(m) = maps::find(maps, addr).filter(|_| addr != 0) {
-        ev.file_base.store((m.start as u64).wrapping_sub(m.offset as u64), Ordering::Relaxed);
+        ev.file_base.store(m.start.wrapping_sub(m.offset), Ordering::Relaxed);
     }
 }
 

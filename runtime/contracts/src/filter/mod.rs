@@ -26,15 +26,20 @@ use crate::fetch::{Base, Fetch};
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[error("at column {}: expected {what}", .at + 1)]
 pub struct FilterError {
+    /// The byte of the filter's text where the error is.
     pub at: usize,
+    /// What was expected there.
     pub what: String,
 }
 
 /// What a field holds, for the comparisons it allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldType {
+    /// A number read as unsigned (every type but `s` ones, and a signed bitfield).
     Unsigned,
+    /// A number of a signed type (`s8`..`s64`, not a bitfield).
     Signed,
+    /// A string (`string`, `ustring`, `$comm`, an immediate string; `comm`).
     String,
     /// An array fetcharg: no comparison takes it.
     Array,
@@ -43,8 +48,11 @@ pub enum FieldType {
 /// A name a predicate may use on an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldInfo {
+    /// The name the predicate uses.
     pub name: String,
+    /// What a comparison on it reads.
     pub field: Field,
+    /// What its value is.
     pub ty: FieldType,
     /// The type as the user wrote or got it (`u64`, `s32`, `string`), for messages.
     pub shown: String,

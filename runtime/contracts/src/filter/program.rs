@@ -30,50 +30,73 @@ pub enum Field {
     Comm,
 }
 
+/// A comparison of numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NumOp {
+    /// `==`
     Eq,
+    /// `!=`
     Ne,
+    /// `<`
     Lt,
+    /// `<=`
     Le,
+    /// `>`
     Gt,
+    /// `>=`
     Ge,
     /// `&`: some bit in common.
     Band,
 }
 
+/// A comparison of strings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StrOp {
+    /// `==`
     Eq,
+    /// `!=`
     Ne,
     /// `~`: a glob (`*`, `?`, `[...]`).
     Glob,
 }
 
+/// One node of a [`Program`]: a comparison, or an operator on earlier nodes (by index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Node {
     /// A number compared with a constant; `signed`: both as i64.
     Num {
+        /// What is read.
         field: Field,
+        /// How it is compared.
         op: NumOp,
+        /// Whether both sides are signed.
         signed: bool,
+        /// The constant.
         value: u64,
     },
     /// A string compared with `patterns[pattern]`.
     Str {
+        /// What is read.
         field: Field,
+        /// How it is compared.
         op: StrOp,
+        /// The index of the pattern in [`Program::patterns`].
         pattern: u16,
     },
+    /// `&&` of two earlier nodes.
     And(u16, u16),
+    /// `||` of two earlier nodes.
     Or(u16, u16),
+    /// `!` of an earlier node.
     Not(u16),
 }
 
+/// A compiled predicate (see the module doc).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Program {
     /// Children before parents; the last is the root.
     pub nodes: Vec<Node>,
+    /// The string literals the [`Node::Str`] comparisons name.
     pub patterns: Vec<Vec<u8>>,
 }
 
@@ -81,6 +104,7 @@ pub struct Program {
 /// signed types sign-extended to 64 bits), strings copied into `buf`. None: the value could
 /// not be read.
 pub trait Fields {
+    /// The number, as its fetcharg's type says; None: it could not be read.
     fn number(&mut self, field: Field) -> Option<u64>;
     /// The string's length in `buf` (`buf.len()` when it is longer).
     fn string(&mut self, field: Field, buf: &mut [u8]) -> Option<usize>;

@@ -1,9 +1,8 @@
-//! The environment handed to the program and the exec itself; `runtime/src/base/spec.rs`
-//! reads what `run_spec` writes.
+//! The environment handed to the program and the exec itself.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,37 +19,6 @@ pub fn ld_preload(existing: Option<&OsStr>, runtime: &Path) -> OsString {
     }
     value.push(runtime);
     value
-}
-
-/// `UPROBE_RUN_SPEC`: `KEY<TAB>VALUE` records, one a line. Paths must be absolute and,
-/// like params, free of newlines (the caller checks).
-pub fn run_spec(
-    handlers: &[PathBuf],
-    params: &[String],
-    output: Option<&Path>,
-    options: &[String],
-    extra: &[(&str, OsString)],
-) -> OsString {
-    let mut records: Vec<Vec<u8>> = Vec::new();
-    let mut record = |key: &str, value: &[u8]| {
-        records.push([key.as_bytes(), b"\t", value].concat());
-    };
-    for handler in handlers {
-        record("handlers", handler.as_os_str().as_bytes());
-    }
-    for param in params {
-        record("param", param.as_bytes());
-    }
-    if let Some(output) = output {
-        record("output", output.as_os_str().as_bytes());
-    }
-    for option in options {
-        record("option", option.as_bytes());
-    }
-    for (key, value) in extra {
-        record(key, value.as_bytes());
-    }
-    OsString::from_vec(records.join(&b'\n'))
 }
 
 /// What a directory entry looks like to execvp.
@@ -108,7 +76,7 @@ pub fn largest_record(spec: &OsStr) -> Option<(String, usize)> {
 pub struct Launch {
     /// The file to execute (PATH already searched).
     pub program: PathBuf,
-    /// argv[0]: the program as the user named it.
+    /// `argv[0]`: the program as the user named it.
     pub argv0: OsString,
     pub args: Vec<OsString>,
     pub ld_preload: OsString,
@@ -167,23 +135,6 @@ mod tests {
         assert_eq!(ld_preload(None, rt), "/opt/uprobe/libuprobe.so");
         assert_eq!(ld_preload(Some(OsStr::new("")), rt), "/opt/uprobe/libuprobe.so");
         assert_eq!(ld_preload(Some(OsStr::new("/a.so:/b.so")), rt), "/a.so:/b.so:/opt/uprobe/libuprobe.so");
-    }
-
-    #[test]
-    fn spec_records_in_order() {
-        let spec = run_spec(
-            &["/h/libcount.so".into(), "/h/libtrace.so".into()],
-            &["probes=main,work+4".into(), "x=".into()],
-            Some(Path::new("/tmp/out")),
-            &["follow-exec".into()],
-            &[("event", "p t:add a=%di".into())],
-        );
-        assert_eq!(
-            spec,
-            "handlers\t/h/libcount.so\nhandlers\t/h/libtrace.so\n\
-             param\tprobes=main,work+4\nparam\tx=\noutput\t/tmp/out\noption\tfollow-exec\nevent\tp t:add a=%di"
-        );
-        assert_eq!(run_spec(&[], &[], None, &[], &[]), "");
     }
 
     #[test]

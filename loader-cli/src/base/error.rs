@@ -1,9 +1,7 @@
 //! Every reason uprobe-run refuses to start a program. Display is the one line printed after
 //! `uprobe-run: `; each names the file or argument at fault.
 
-use crate::attach::AttachError;
-use crate::config::ConfigError;
-use crate::elf::ElfProblem;
+use crate::base::elf::ElfProblem;
 use std::io;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -53,12 +51,14 @@ pub enum Error {
     RuntimeCache { path: PathBuf, source: io::Error },
     #[error("{}: cannot read config file: {}", .path.display(), describe(.source))]
     ConfigRead { path: PathBuf, source: io::Error },
-    #[error("{}:{error}", .path.display())]
-    Config { path: PathBuf, error: ConfigError },
+    #[error("{}:{line}: {reason}", .path.display())]
+    Config { path: PathBuf, line: usize, reason: String },
     #[error("--param '{}': {reason}", one_line(.param))]
     Param { param: String, reason: &'static str },
     #[error("{}: {reason}", one_line(&.path.display().to_string()))]
     UnusablePath { path: PathBuf, reason: &'static str },
+    #[error("the run's spec: {0}")]
+    Spec(uprobe_contracts::spec::SpecError),
     #[error("-e '{}': {reason}", one_line(.def))]
     Definition { def: String, reason: &'static str },
     #[error("{0}")]
@@ -71,6 +71,8 @@ pub enum Error {
     AggregateValue { option: &'static str, value: String, reason: &'static str },
     #[error("--list: {0}")]
     List(&'static str),
+    #[error("{}: cannot write the reference there: {}", .path.display(), describe(.source))]
+    Reference { path: PathBuf, source: io::Error },
     #[error("{}: cannot create output file: {}", .path.display(), describe(.source))]
     Output { path: PathBuf, source: io::Error },
     #[error("{}: cannot execute: {}", .path.display(), describe(.source))]
@@ -109,8 +111,9 @@ pub enum Error {
     NoCacheDir,
     #[error("{}: cannot write a bundled handler library there: {}", .path.display(), describe(.source))]
     HandlerCache { path: PathBuf, source: io::Error },
+    /// An attach that failed (`attach::AttachError`, which names its own culprit).
     #[error("{0}")]
-    Attach(#[from] AttachError),
+    Attach(Box<dyn std::error::Error + Send + Sync>),
     #[error("--pid attaches to a running process: give no PROGRAM with it (see uprobe-run --help)")]
     PidAndProgram,
     #[error("{0} applies to a program uprobe-run starts, not with --pid (see uprobe-run --help)")]
@@ -169,10 +172,8 @@ mod tests {
             (
                 Error::Config {
                     path: "run.conf".into(),
-                    error: ConfigError {
-                        line: 3,
-                        reason: "unknown directive 'x' (expected handlers, param, output, follow-exec, no-follow-fork or option)".into(),
-                    },
+                    line: 3,
+                    reason: "unknown directive 'x' (expected handlers, param, output, follow-exec, no-follow-fork or option)".into(),
                 },
                 "run.conf:3: unknown directive 'x' (expected handlers, param, output, follow-exec, no-follow-fork or option)",
             ),

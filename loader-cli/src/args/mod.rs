@@ -1,10 +1,29 @@
-//! The command line.
+//! The arguments: the command line's definitions (clap), with the checks a value makes on
+//! its own (numbers, sizes, seconds), the `--config` file's format ([`config`]), and the
+//! reference generated from the definitions ([`reference`]: man page, completions). What
+//! the options mean together is the plan's to judge (`crate::plan`).
+//!
+//! Context: uprobe-run's own process, first thing.
 
-use crate::error::Error;
+pub mod config;
+pub mod reference;
+
+use crate::base::error::Error;
 use clap::error::ErrorKind;
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+/// The headings of `--help` (and of the man page), in the order they first appear: each
+/// option goes under one. `-h`, `--help` and `-V` stand under clap's own "Options".
+pub mod heading {
+    pub const HANDLERS: &str = "Handlers and output";
+    pub const PROBES: &str = "Probes";
+    pub const EVENTS: &str = "Events";
+    pub const AGGREGATIONS: &str = "Aggregations";
+    pub const METRICS: &str = "Metrics";
+    pub const MODES: &str = "Listing and attaching";
+}
 
 /// Runs PROGRAM with in-process user-space probes: the runtime (libuprobe.so) is preloaded,
 /// loads the handler libraries and lets them probe the program's code.
@@ -14,22 +33,21 @@ use std::path::PathBuf;
     disable_version_flag = true,
     override_usage = "uprobe-run [OPTIONS] [--] PROGRAM [ARGS...]\n       uprobe-run [OPTIONS] -p|--pid PID",
     after_help = "\
-The program keeps uprobe-run's process: its exit status, or the signal that killed it, is
-uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout) failed, one
-line says what was lost and an exit status of 0 becomes 74. Refusals (static or setuid
-program, missing library, bad config) print one line and exit with status 2 before the
-program starts. The handlers' uprobe_exit and the end-of-run
-lines come once per process however it ends: return from main, exit, _exit, exec, or a signal
-such as Ctrl-C, SIGTERM or SIGSEGV (the process then dies of that signal); SIGKILL is the one
-ending that cannot report.
+Exit status: the program keeps uprobe-run's process: its exit status, or the signal that
+killed it, is uprobe-run's; where writes of the output (-o, default stderr; -o - is stdout)
+failed, one line says what was lost and an exit status of 0 becomes 74. Refusals (static or
+setuid program, missing library, bad config) print one line and exit with status 2 before the
+program starts. The handlers' uprobe_exit and the end-of-run lines come once per process
+however it ends: return from main, exit, _exit, exec, or a signal such as Ctrl-C, SIGTERM or
+SIGSEGV (the process then dies of that signal); SIGKILL is the one ending that cannot report.
 
-With --pid, uprobe-run attaches to the running process PID instead: it loads the runtime
-into it (if it is not there), runs the handlers' uprobe_init there and stays in the
+Attaching: with --pid, uprobe-run attaches to the running process PID instead: it loads the
+runtime into it (if it is not there), runs the handlers' uprobe_init there and stays in the
 foreground, relaying their output; Ctrl-C, SIGTERM, the end of --duration or the process's
 exit detaches (uprobe_exit runs, the probes are removed, the process runs on). Exit status:
 0 after a detach, 127 if a uprobe_init failed, 74 if the output could not all be written,
-2 for a refusal (nothing was changed). Events,
-aggregations and --list are for programs uprobe-run starts.
+2 for a refusal (nothing was changed). Events, aggregations and --list are for programs
+uprobe-run starts.
 
 Config file: one directive per line, `#` starts a comment line:
   handlers PATH       like --handlers (relative paths: from the config file's directory)
@@ -67,69 +85,71 @@ Examples:
   # Attach to a running process; Ctrl-C detaches
   uprobe-run --pid 4242 --handlers uprobe_example --param symbol=myfunc
 
-Bundled handlers, named by these short names (or their file names) in --handlers: uprobe-run
-carries them and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default ~/.cache);
-a file of the name given, or one beside uprobe-run (target/release/), is preferred:
+Bundled handlers: uprobe-run carries these, named by their short names (or their file names)
+in --handlers, and writes them once to $XDG_CACHE_HOME/uprobe-run/handlers/ (default
+~/.cache); a file of the name given, or one beside uprobe-run (target/release/), is preferred:
   uprobe_example        the classic kernel example: --param vaddr=ADDRESS or symbol=NAME,
                         verbose=0 to count only
   uretprobe_example     calls and return values: --param func=NAME (or an 0x address)
   count (libcount.so)   hits per probe: --param probes=SPEC,... and/or probes-file=FILE"
 )]
+// The fields' doc comments are the --help text, not Markdown: `[FETCHARGS]` is usage, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct Cli {
     /// Handler library to load (repeatable; loaded in the order given): a path, or a bundled
     /// library's short name (count, uprobe_example, uretprobe_example).
-    #[arg(long = "handlers", value_name = "LIB.so")]
+    #[arg(long = "handlers", value_name = "LIB.so", help_heading = heading::HANDLERS)]
     pub handlers: Vec<PathBuf>,
 
     /// Parameter for the handlers, read with uprobe_param() (repeatable; the last NAME wins).
-    #[arg(long = "param", value_name = "NAME=VALUE")]
+    #[arg(long = "param", value_name = "NAME=VALUE", help_heading = heading::HANDLERS)]
     pub params: Vec<String>,
 
     /// File naming handler libraries, parameters and the output file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = heading::HANDLERS)]
     pub config: Option<PathBuf>,
 
     /// Where uprobe_printf and the handlers write (created or truncated; default: stderr).
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", help_heading = heading::HANDLERS)]
     pub output: Option<PathBuf>,
 
     /// Keep every probe on the int3 trap path (no jump probes), like kprobes' optimization
     /// switch; for comparing the two paths.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub no_optimize: bool,
 
     /// Say, for each registered probe, the strategy chosen (jump or int3) and why not a jump.
-    #[arg(short, long)]
+    #[arg(short, long, help_heading = heading::PROBES)]
     pub verbose: bool,
 
     /// Make jump probes and return probes save the whole vector state (XSAVE) around
     /// handlers, not only xmm0-15: for programs that keep AVX values live across calls.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub full_vector_state: bool,
 
     /// Print the runtime's own counters at exit: time spent placing probes, the system calls
     /// it made for that, reads of the address space, and traps it took itself.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub stats: bool,
 
     /// Run programs that the program execs with the runtime and the same handlers too
     /// (default: they run without it, as kernel uprobes are dropped on exec).
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub follow_exec: bool,
 
     /// Give forked children their code back without probes (default: children keep the
     /// probes and the handlers' state).
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub no_follow_fork: bool,
 
     /// Event definition in the kernel's uprobe_events grammar: p|r[:[GRP/]EVENT] WHERE
     /// [FETCHARGS] [if FILTER] (repeatable). Each hit becomes a record on the output; with
     /// `if`, only the hits that pass FILTER (the kernel's event-filter grammar, see --filter).
-    #[arg(short = 'e', long = "event", value_name = "DEF")]
+    #[arg(short = 'e', long = "event", value_name = "DEF", help_heading = heading::EVENTS)]
     pub events: Vec<String>,
 
     /// File of event definitions, one a line (`#` starts a comment line; repeatable).
-    #[arg(long = "events", value_name = "FILE")]
+    #[arg(long = "events", value_name = "FILE", help_heading = heading::EVENTS)]
     pub event_files: Vec<PathBuf>,
 
     /// A predicate on the events named EVENT (GRP/EVENT or a glob), in the kernel's event
@@ -137,108 +157,113 @@ pub struct Cli {
     /// == != < <= > >= &, strings == != ~ (a glob). FIELDs: the event's fetchargs, $retval
     /// (return events), comm, tid (common_pid), cpu. Hits that fail are neither recorded nor
     /// counted (repeatable; with `if` in the definition too, a hit must pass both).
-    #[arg(long = "filter", value_name = "EVENT: EXPR")]
+    #[arg(long = "filter", value_name = "EVENT: EXPR", help_heading = heading::EVENTS)]
     pub filters: Vec<String>,
 
     /// How events are written: text (as the kernel's trace shows them), json (one object a
     /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
-    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[arg(long, value_enum, value_name = "FORMAT", help_heading = heading::EVENTS)]
     pub format: Option<Format>,
 
     /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
     /// drops records, counted per event and reported at the end.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true, help_heading = heading::EVENTS)]
     pub buffer_size: Option<usize>,
 
     /// A hit of EVENT that passes its filter switches other events on or off, for the whole
     /// process: `--trigger begin_request:enable=query --trigger end_request:disable=query`
     /// records the queries of one request. An event some trigger enables starts off
     /// (repeatable; ACTIONs separated by commas; names may be GRP/EVENT or globs).
-    #[arg(long = "trigger", value_name = "EVENT:enable|disable=EVENT")]
+    #[arg(long = "trigger", value_name = "EVENT:enable|disable=EVENT", help_heading = heading::EVENTS)]
     pub triggers: Vec<String>,
 
     /// Stop recording events after N records (the program runs on; the end of the run says
     /// how many hits were not recorded).
-    #[arg(long, value_name = "N", value_parser = parse_records, allow_hyphen_values = true)]
+    #[arg(long, value_name = "N", value_parser = parse_records, allow_hyphen_values = true, help_heading = heading::EVENTS)]
     pub max_events: Option<u64>,
 
     /// Skip event probes that cannot be placed (unknown function, glob matching nothing)
     /// instead of refusing the run; a definition that does not parse is still refused.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub lenient: bool,
 
     /// Allow probes at addresses outside every function symbol (stripped programs, assembly
     /// without symbol sizes); by default such an address is refused with -EINVAL, since an
     /// int3 in padding or data never fires or corrupts what it replaces.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::PROBES)]
     pub raw_address: bool,
     /// Count the events instead of streaming them; a report at the end (and every --interval).
-    #[arg(long)]
+    #[arg(long, help_heading = heading::AGGREGATIONS)]
     pub count: bool,
 
     /// With --count: counts per KEY, an argument name of the events, tid, comm, caller (the
     /// return address, as symbol+offset) or ustack[:DEPTH] (the whole user stack, at most
     /// DEPTH frames, 1 to 127, default 127); several KEYs separated by commas count per
     /// combination (`--by caller,size`), a column each.
-    #[arg(long, value_name = "KEY[,KEY...]")]
+    #[arg(long, value_name = "KEY[,KEY...]", help_heading = heading::AGGREGATIONS)]
     pub by: Option<String>,
 
     /// With --count: keep the N largest counts.
-    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true, help_heading = heading::AGGREGATIONS)]
     pub top: Option<u64>,
 
     /// A log2 histogram of an event's argument, as bpftrace's hist() (repeatable; EVENT may be
     /// GRP/EVENT or a glob).
-    #[arg(long = "hist", value_name = "EVENT.ARG")]
+    #[arg(long = "hist", value_name = "EVENT.ARG", help_heading = heading::AGGREGATIONS)]
     pub hists: Vec<String>,
 
     /// A linear histogram of an event's argument, as bpftrace's lhist() (repeatable).
-    #[arg(long = "lhist", value_name = "EVENT.ARG,MIN,MAX,STEP")]
+    #[arg(long = "lhist", value_name = "EVENT.ARG,MIN,MAX,STEP", help_heading = heading::AGGREGATIONS)]
     pub lhists: Vec<String>,
 
     /// Time every call of the functions at WHERE (as in a definition; globs allowed): calls,
     /// total, min, max, mean and a log2 histogram in ns (repeatable).
-    #[arg(long, value_name = "WHERE")]
+    #[arg(long, value_name = "WHERE", help_heading = heading::AGGREGATIONS)]
     pub latency: Vec<String>,
 
     /// A report every SECONDS (decimals allowed), each with that interval's own numbers.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true, help_heading = heading::AGGREGATIONS)]
     pub interval: Option<u64>,
 
     /// With --interval: each report counts from the start of the run.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::AGGREGATIONS)]
     pub cumulative: bool,
 
     /// Serve the aggregations as Prometheus metrics at ADDR/metrics (HOST:PORT, [::1]:PORT,
     /// or the path of a unix socket to create), from uprobe-run while the program runs.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = heading::METRICS)]
     pub serve: Option<String>,
 
     /// With --serve: the most keys of --by served (default 10000); the hits of the others are
     /// counted as cut.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000), help_heading = heading::METRICS)]
     pub serve_keys: Option<u64>,
 
     /// With --serve: keep serving the last numbers SECONDS after the program ends (SIGINT or
     /// SIGTERM ends that early); by default uprobe-run ends with the program.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, help_heading = heading::METRICS)]
     pub serve_linger: Option<u64>,
 
     /// List the functions that can be probed in PROGRAM and the libraries it loads, with
     /// the strategy a probe would get: uprobe-run -l [PATTERN] [--] PROGRAM.
-    #[arg(short = 'l', long)]
+    #[arg(short = 'l', long, help_heading = heading::MODES)]
     pub list: bool,
 
     /// Print the version and the runtime library uprobe-run preloads, then exit.
     #[arg(short = 'V', long)]
     pub version: bool,
     /// Attach to the running process PID instead of starting a program; Ctrl-C detaches.
-    #[arg(short = 'p', long, value_name = "PID", value_parser = parse_pid, allow_negative_numbers = true)]
+    #[arg(short = 'p', long, value_name = "PID", value_parser = parse_pid, allow_negative_numbers = true, help_heading = heading::MODES)]
     pub pid: Option<i32>,
 
     /// With --pid: detach after SECONDS (a decimal number).
-    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, help_heading = heading::MODES)]
     pub duration: Option<f64>,
+
+    /// Write the man page and the bash, zsh and fish completions into DIR, then exit (for
+    /// installs and packages; see loader-cli/README.md).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub write_reference: Option<PathBuf>,
 
     /// The program to run and its arguments, passed on verbatim.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]

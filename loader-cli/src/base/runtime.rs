@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// The runtime built with this executable.
 static EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libuprobe.so"));
@@ -61,7 +61,7 @@ fn given() -> Result<Option<(PathBuf, Origin)>, Error> {
 pub fn for_attach() -> Result<(PathBuf, Vec<u8>), Error> {
     match given()? {
         Some((path, _)) => {
-            crate::check::library(&path).map_err(|e| match e {
+            crate::base::check::library(&path).map_err(|e| match e {
                 Error::NoSuchFile(path) => Error::NoRuntime(path),
                 other => other,
             })?;
@@ -89,7 +89,7 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// This user's directory in /tmp.
 fn tmp_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("uprobe-run-{}", crate::sys::uid()))
+    std::env::temp_dir().join(format!("uprobe-run-{}", crate::base::sys::uid()))
 }
 
 /// Writes the embedded runtime to `<cache>/uprobe-run/<version>-<hash>/libuprobe.so`, unless
@@ -161,7 +161,7 @@ fn private_dir(dir: &Path) -> io::Result<()> {
         Err(_) => {}
     }
     let meta = fs::symlink_metadata(dir)?;
-    let private = meta.is_dir() && meta.uid() == crate::sys::uid() && meta.permissions().mode() & 0o022 == 0;
+    let private = meta.is_dir() && meta.uid() == crate::base::sys::uid() && meta.permissions().mode() & 0o022 == 0;
     match private {
         true => Ok(()),
         false => Err(io::Error::other(format!("{} is not a private directory of this user", dir.display()))),

@@ -1,12 +1,12 @@
 //! The checks made on files before the program starts, each ending in a precise refusal.
 
-use crate::elf::{self, Elf};
-use crate::error::Error;
-use crate::sys;
+use crate::base::elf::{self, Elf};
+use crate::base::error::Error;
+use crate::base::{bundled, spec, sys};
 use std::fs::{self, File, Metadata};
 use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The program: an executable, dynamically linked ELF64 x86-64 file that the dynamic loader
 /// will start with LD_PRELOAD honoured.
@@ -89,4 +89,16 @@ fn read_elf(path: &Path) -> Result<Elf, Error> {
 fn read_up_to(file: &mut File, bytes: &mut Vec<u8>, len: usize) -> io::Result<()> {
     let more = len.saturating_sub(bytes.len()) as u64;
     file.take(more).read_to_end(bytes).map(drop)
+}
+
+/// The handler libraries to load, as the run specification names them: each resolved (a
+/// bundled library's short name, see [`bundled`]), checked, and made absolute.
+pub fn handlers(given: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    let mut paths = Vec::with_capacity(given.len());
+    for handler in given {
+        let handler = bundled::resolve(handler)?;
+        handler_library(&handler)?;
+        paths.push(spec::path(&handler)?);
+    }
+    Ok(paths)
 }

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// (short name, file name, the carried bytes: empty where the build could not make them).
 const BUNDLED: [(&str, &str, &[u8]); 3] = [
@@ -70,7 +70,7 @@ fn private_dir() -> Result<PathBuf, Error> {
 fn ours_and_closed(path: &Path, dir: bool) -> io::Result<()> {
     let meta = fs::symlink_metadata(path)?;
     let kind = if dir { meta.is_dir() } else { meta.is_file() };
-    if kind && meta.uid() == crate::sys::uid() && meta.mode() & 0o022 == 0 {
+    if kind && meta.uid() == crate::base::sys::uid() && meta.mode() & 0o022 == 0 {
         return Ok(());
     }
     Err(io::Error::other(format!(

@@ -16,7 +16,7 @@ pub mod metrics;
 mod process;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -24,7 +24,8 @@ use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::error::Error;
+use crate::base::error::Error;
+use crate::plan::{ServeAddr, ServeAt};
 
 /// How long a scrape waits for the runtime's answer before serving the last one.
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
@@ -40,23 +41,22 @@ pub struct Endpoint {
     path: Option<PathBuf>,
 }
 
-/// Binds `addr`: `HOST:PORT` (`127.0.0.1:9464`, `[::1]:9464`) or the path of a unix socket
-/// to create (a path has a `/`).
-pub fn bind(addr: &str) -> Result<Endpoint, Error> {
-    let refused = |reason: String| Error::Serve { addr: addr.to_string(), reason };
+/// Binds `addr`.
+pub fn bind(addr: &ServeAddr) -> Result<Endpoint, Error> {
+    let refused = |reason: String| Error::Serve { addr: addr.text.clone(), reason };
     // Before the server starts its threads (see `process::block_handled`).
     process::block_handled();
-    if addr.contains('/') {
-        let listener = UnixListener::bind(addr).map_err(|e| refused(e.to_string()))?;
-        let server = tiny_http::Server::from_listener(listener, None).map_err(|e| refused(e.to_string()))?;
-        return Ok(Endpoint { server, path: Some(PathBuf::from(addr)) });
-    }
-    let sockaddr: SocketAddr = addr.parse().map_err(|_| {
-        refused("not HOST:PORT (an IP address and a port, [::1]:9464 for IPv6) nor a socket path".into())
-    })?;
-    let listener = TcpListener::bind(sockaddr).map_err(|e| refused(e.to_string()))?;
-    let server = tiny_http::Server::from_listener(listener, None).map_err(|e| refused(e.to_string()))?;
-    Ok(Endpoint { server, path: None })
+    let (server, path) = match &addr.kind {
+        ServeAt::Unix(path) => {
+            let listener = UnixListener::bind(path).map_err(|e| refused(e.to_string()))?;
+            (tiny_http::Server::from_listener(listener, None), Some(path.clone()))
+        }
+        ServeAt::Tcp(sockaddr) => {
+            let listener = TcpListener::bind(sockaddr).map_err(|e| refused(e.to_string()))?;
+            (tiny_http::Server::from_listener(listener, None), None)
+        }
+    };
+    Ok(Endpoint { server: server.map_err(|e| refused(e.to_string()))?, path })
 }
 
 /// The latest answer, encoded.
@@ -181,8 +181,8 @@ fn serve_requests(server: Arc<tiny_http::Server>, feed: Arc<Feed>) {
 }
 
 /// The socket pair's descriptors: (uprobe-run's, the program's), for serving at `addr`.
-pub fn socket_pair(addr: &str) -> Result<(i32, i32), Error> {
-    process::socket_pair().map_err(|e| Error::Serve { addr: addr.to_string(), reason: format!("socketpair: {e}") })
+pub fn socket_pair(addr: &ServeAddr) -> Result<(i32, i32), Error> {
+    process::socket_pair().map_err(|e| Error::Serve { addr: addr.text.clone(), reason: format!("socketpair: {e}") })
 }
 
 /// Starts `command` (its specification names `program_end` as the feed), serves until it

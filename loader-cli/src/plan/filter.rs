@@ -8,13 +8,12 @@
 //! A definition that does not parse is left to the runtime, which refuses it (or skips it
 //! with `--lenient`) with the column at fault, as without a filter.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use uprobe_contracts::def::{self, Definition, Place};
 use uprobe_contracts::filter::{self, glob, Program, MAX_NODES};
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// `--filter 'EVENT: EXPR'`, split.
 struct Named<'a> {
@@ -52,14 +51,29 @@ fn one_line(text: &str) -> String {
     text.replace('\n', "\\n")
 }
 
-/// The `filter` records for the run's definitions (`-e`, then the `--events` files, then
+/// A definition's predicate, compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compiled {
+    /// The definition's number, as the runtime counts them.
+    pub definition: usize,
+    pub program: Program,
+}
+
+impl Compiled {
+    /// As the run spec carries it: the definition's number and the encoded program.
+    pub fn spec_entry(&self) -> (usize, String) {
+        (self.definition, self.program.encode())
+    }
+}
+
+/// The predicates of the run's definitions (`-e`, then the `--events` files, then
 /// `--latency`), or the one line refusing a filter.
-pub fn records(
+pub fn compile(
     events: &[String],
     files: &[PathBuf],
     filters: &[String],
     latency: &[String],
-) -> Result<Vec<(&'static str, OsString)>, Error> {
+) -> Result<Vec<Compiled>, Error> {
     let mut defs: Vec<(String, String)> = events.iter().map(|t| ("-e".to_string(), t.clone())).collect();
     for file in files {
         let bytes = std::fs::read(file).map_err(|source| Error::EventsFile { path: file.clone(), source })?;
@@ -102,7 +116,7 @@ pub fn records(
                     one_line(text)
                 )));
             }
-            out.push(("filter", format!("{ordinal}\t{}", p.encode()).into()));
+            out.push(Compiled { definition: ordinal, program: p });
         }
     }
     // A timed call's filter is run at its entry: the common fields only.
@@ -113,7 +127,7 @@ pub fn records(
             let e = filter::FilterError { at: start - 2 + e.at, ..e };
             Error::Filter(format!("--latency '{}': {e}", one_line(place)))
         })?;
-        out.push(("filter", format!("{}\t{}", defs.len() + n, p.encode()).into()));
+        out.push(Compiled { definition: defs.len() + n, program: p });
     }
     if let Some(i) = used.iter().position(|u| !u) {
         let known: Vec<String> =
@@ -135,8 +149,8 @@ mod tests {
     fn run(events: &[&str], filters: &[&str]) -> Result<Vec<String>, String> {
         let events: Vec<String> = events.iter().map(|s| s.to_string()).collect();
         let filters: Vec<String> = filters.iter().map(|s| s.to_string()).collect();
-        records(&events, &[], &filters, &[])
-            .map(|r| r.into_iter().map(|(_, v)| v.into_string().unwrap()).collect())
+        compile(&events, &[], &filters, &[])
+            .map(|r| r.into_iter().map(|c| format!("{}\t{}", c.definition, c.program.encode())).collect())
             .map_err(|e| e.to_string())
     }
 
@@ -166,13 +180,13 @@ mod tests {
         assert_eq!(e, "--filter 'g: tid == 1': no event named g (events: f)");
         assert_eq!(run(&["p t:f"], &["tid == 1"]).unwrap_err(), "--filter 'tid == 1': expected EVENT: EXPR");
         let latency = ["libc:malloc if comm == \"a\"".to_string(), "t:f if $retval > 1".to_string()];
-        let e = records(&["p t:f".into()], &[], &[], &latency).unwrap_err().to_string();
+        let e = compile(&["p t:f".into()], &[], &[], &latency).unwrap_err().to_string();
         assert!(
             e.starts_with("--latency 't:f if $retval > 1': at column 8: expected a field of this event: $retval"),
             "{e}"
         );
-        let r = records(&["p t:f".into()], &[], &[], &latency[..1]).unwrap();
-        assert_eq!(r[0].1, "1\ts,comm,eq,61");
+        let r = compile(&["p t:f".into()], &[], &[], &latency[..1]).unwrap();
+        assert_eq!(r[0].spec_entry(), (1, "s,comm,eq,61".to_string()));
         let e = run(&["r t:f"], &["f__return: size > 1"]).unwrap_err();
         assert!(e.contains("at column 12: expected a field of this event, not size (its fields: $retval, comm"), "{e}");
     }
