@@ -20,8 +20,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use thiserror::Error;
 
 use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
-use crate::aggregate::request::Request;
-use crate::aggregate::stacks;
+use crate::aggregate::request::{self, Request, STACK_SLOTS};
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Fetch, FetchArg};
 use crate::trace::names::glob;
@@ -66,6 +65,14 @@ impl Key {
         match self {
             Key::String(_) => STRING_KEY / 8,
             Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller | Key::Ustack(_) => 1,
+        }
+    }
+
+    /// A stack part's depth.
+    pub fn depth(self) -> Option<usize> {
+        match self {
+            Key::Ustack(d) => Some(d),
+            _ => None,
         }
     }
 }
@@ -170,19 +177,6 @@ pub struct EventInfo<'a> {
     pub latency: bool,
     /// Its probe is at a function's first instruction (where the caller is known).
     pub at_entry: bool,
-}
-
-#[cfg(test)]
-impl<'a> EventInfo<'a> {
-    /// An entry event of group `g` at a function's first instruction (for the tests).
-    pub fn entry(name: &'a str, args: &'a [FetchArg]) -> Self {
-        EventInfo { name, group: "g", definition: "", kind: Kind::Entry, args, latency: false, at_entry: true }
-    }
-
-    /// A `--latency` return event (for the tests).
-    pub fn timed_return(name: &'a str) -> Self {
-        EventInfo { group: "latency", kind: Kind::Return, latency: true, ..Self::entry(name, &[]) }
-    }
 }
 
 /// Why what was asked does not fit the run's events.
@@ -317,7 +311,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                         }
                         "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
                         "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
-                        p if p.starts_with("ustack") => stacks::part(p, &b.name)?,
+                        p if p.starts_with("ustack") => Key::Ustack(
+                            request::ustack_depth(p).map_err(|what| PlanError::BadKey { by: b.name.clone(), what })?,
+                        ),
                         // An event without the argument is counted as a whole.
                         _ => continue 'events,
                     },
@@ -402,9 +398,9 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
     let keys = (at + 7) & !7;
     let slot_words = 2 + key_words;
     let stacks = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
-    let depths = plans.iter().filter_map(|p| p.key.as_ref()).flatten().filter_map(|p| stacks::depth_of(p.key));
+    let depths = plans.iter().filter_map(|p| p.key.as_ref()).flatten().filter_map(|p| p.key.depth());
     let stack_words = depths.max().map_or(0, |d| 2 + d);
-    let words = stacks + stack_words * stacks::STACK_SLOTS;
+    let words = stacks + stack_words * STACK_SLOTS;
     Layout { counts, dropped, failed, keys, key_words, slot_words, stacks, stack_words, words }
 }
 

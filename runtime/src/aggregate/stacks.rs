@@ -12,39 +12,11 @@
 use std::collections::BTreeMap;
 
 use crate::aggregate::blocks::Block;
-use crate::aggregate::plan::{Key, Layout, PlanError};
+use crate::aggregate::plan::Layout;
 use crate::base::abi::PtRegs;
 use crate::probe::stacks::{self, MAX_DEPTH};
 
-/// Distinct stacks one thread can keep; hits of more are counted as not kept.
-pub const STACK_SLOTS: usize = 4096;
-
-/// The depth a `--by` part `ustack` or `ustack:DEPTH` asks (the deepest when none is
-/// given); Err says what was expected.
-pub fn depth(part: &str) -> Result<usize, String> {
-    match part.strip_prefix("ustack") {
-        Some("") => Ok(MAX_DEPTH),
-        Some(n) => match n.strip_prefix(':').map(str::parse::<usize>) {
-            Some(Ok(d)) if (1..=MAX_DEPTH).contains(&d) => Ok(d),
-            _ => Err(format!("ustack:DEPTH with DEPTH from 1 to {MAX_DEPTH}, not {part}")),
-        },
-        None => Err(format!("ustack or ustack:DEPTH, not {part}")),
-    }
-}
-
-/// The key part `ustack[:DEPTH]` of `--by BY`.
-pub fn part(part: &str, by: &str) -> Result<Key, PlanError> {
-    depth(part).map(Key::Ustack).map_err(|what| PlanError::BadKey { by: by.to_string(), what })
-}
-
-/// The depth of a key's part, when it is a stack.
-pub fn depth_of(key: Key) -> Option<usize> {
-    if let Key::Ustack(d) = key {
-        Some(d)
-    } else {
-        None
-    }
-}
+pub use crate::aggregate::request::STACK_SLOTS;
 
 /// The id of the stack of a hit with registers `regs`, at most `depth` frames, kept in `b`;
 /// None when `b` has no room for a new stack (hit path).
@@ -103,14 +75,6 @@ pub fn gather(b: Block, layout: &Layout, into: &mut BTreeMap<u64, Vec<u64>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn depths() {
-        assert_eq!(depth("ustack"), Ok(127));
-        assert_eq!(depth("ustack:8"), Ok(8));
-        assert_eq!(depth("ustack:128"), Err("ustack:DEPTH with DEPTH from 1 to 127, not ustack:128".into()));
-        assert!(depth("ustack:0").is_err() && depth("ustack:x").is_err() && depth("ustackz").is_err());
-    }
 
     #[test]
     fn ids_tell_stacks_apart_and_are_never_zero() {

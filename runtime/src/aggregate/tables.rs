@@ -323,6 +323,28 @@ fn frame(addr: u64, caller: bool, names: &mut dyn Names) -> String {
     }
 }
 
+/// Events for the tests of every report module.
+#[cfg(test)]
+impl<'a> crate::aggregate::plan::EventInfo<'a> {
+    /// An entry event of group `g` at a function's first instruction (for the tests).
+    pub fn entry(name: &'a str, args: &'a [FetchArg]) -> Self {
+        Self {
+            name,
+            group: "g",
+            definition: "",
+            kind: crate::trace::def::Kind::Entry,
+            args,
+            latency: false,
+            at_entry: true,
+        }
+    }
+
+    /// A `--latency` return event (for the tests).
+    pub fn timed_return(name: &'a str) -> Self {
+        Self { group: "latency", kind: crate::trace::def::Kind::Return, latency: true, ..Self::entry(name, &[]) }
+    }
+}
+
 /// Names for tests: every address in hex, every function `work`, no thread names.
 #[cfg(test)]
 pub(crate) struct PlainNames;

@@ -23,7 +23,6 @@ use core::fmt::Write;
 use crate::aggregate::buckets::{self, Scale};
 use crate::aggregate::merge::Snapshot;
 use crate::aggregate::plan::Plans;
-use crate::aggregate::stacks;
 use crate::aggregate::tables::{self, plural, EventView, Frame, Left, Names};
 
 /// The whole report.
@@ -161,7 +160,7 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
         plural(k.keys as u64, "key", "keys")
     );
     let parts = plans.events[event].key.iter().flatten();
-    let stack_parts: Vec<bool> = parts.map(|p| stacks::depth_of(p.key).is_some()).collect();
+    let stack_parts: Vec<bool> = parts.map(|p| p.key.depth().is_some()).collect();
     if stack_parts.contains(&true) {
         for r in &k.rows {
             bpftrace_row(out, &r.cells, &stack_parts, r.count);
