@@ -486,7 +486,7 @@ fn what_does_not_fit_is_refused_before_the_program_starts() {
         (args(&["--hist", "nosuch.v", "-e", &value]), "uprobe-run: --hist 'nosuch.v': no event named nosuch (events: value)".into()),
         (args(&["--hist", "value.w", "-e", &value]), "uprobe-run: --hist 'value.w': event value has no argument w (its arguments: v)".into()),
         (args(&["--lhist", "value.v,0,10,3", "-e", &value]), "uprobe-run: --lhist 'value.v,0,10,3': expected a STEP above 0 that divides MAX - MIN".into()),
-        (args(&["--count", "--by", "w", "-e", &value]), "uprobe-run: --by 'w': no event has an argument w (event value has none), and w is not tid, comm or caller".into()),
+        (args(&["--count", "--by", "w", "-e", &value]), "uprobe-run: --by 'w': no event has an argument w (event value has none), and w is not tid, comm, caller or ustack".into()),
         (
             args(&["--hist", "value.v", "-e", &value, "-e", &format!("p {p}:tick")]),
             format!("uprobe-run: event tick ('p {p}:tick') is neither counted nor in a histogram: add --count, or --hist tick.ARG"),

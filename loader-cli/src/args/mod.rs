@@ -198,8 +198,9 @@ pub struct Cli {
     #[arg(long, help_heading = heading::AGGREGATIONS)]
     pub count: bool,
 
-    /// With --count: counts per KEY, an argument name of the events, tid, comm or caller (the
-    /// return address, as symbol+offset); several KEYs separated by commas count per
+    /// With --count: counts per KEY, an argument name of the events, tid, comm, caller (the
+    /// return address, as symbol+offset) or ustack[:DEPTH] (the whole user stack, at most
+    /// DEPTH frames, 1 to 127, default 127); several KEYs separated by commas count per
     /// combination (`--by caller,size`), a column each.
     #[arg(long, value_name = "KEY[,KEY...]", help_heading = heading::AGGREGATIONS)]
     pub by: Option<String>,

@@ -98,6 +98,13 @@ pub struct UretprobeInstance {
     pub data: [u8; 0],
 }
 
+/// `UPROBE_NO_VECTORS`: the probe's handlers use no vector or floating-point register, so a
+/// jump probe need not save them around the call (return probes save them regardless).
+pub const UPROBE_NO_VECTORS: c_uint = 1;
+/// Every flag the runtime knows; a `flags` word with any other bit set counts as none, so a
+/// probe object whose padding was never zeroed stays on the safe side.
+pub const UPROBE_KNOWN_FLAGS: c_uint = UPROBE_NO_VECTORS;
+
 mod methods;
 
 #[cfg(test)]
@@ -130,10 +137,3 @@ mod tests {
         assert_eq!(size_of::<UretprobeInstance>(), 32);
     }
 }
-
-/// `UPROBE_NO_VECTORS`: the probe's handlers use no vector or floating-point register, so a
-/// jump probe need not save them around the call (return probes save them regardless).
-pub const UPROBE_NO_VECTORS: c_uint = 1;
-/// Every flag the runtime knows; a `flags` word with any other bit set counts as none, so a
-/// probe object whose padding was never zeroed stays on the safe side.
-pub const UPROBE_KNOWN_FLAGS: c_uint = UPROBE_NO_VECTORS;

@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::buckets::log2_index;
 use crate::aggregate::plan::{self, EventPlan, Key, Plans, CALLS, ENTERED, LAT_HIST, MAX, MIN, SETS, TOTAL};
+use crate::aggregate::stacks;
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
 use crate::insn::vector;
@@ -159,6 +160,14 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
                     w[0] = if caller != 0 { caller } else { caller_at_entry(regs) };
                     Some(())
                 }
+                Key::Ustack(depth) => match stacks::key(b, layout, regs, depth) {
+                    Some(id) => {
+                        w[0] = id;
+                        Some(())
+                    }
+                    // No room for another stack: the hit's key is not kept.
+                    None => return b.add(layout.dropped + index as usize, 1),
+                },
             };
             if read.is_none() {
                 tag |= FAULT_TAG | 1 << (PART_FAULT_SHIFT + i);

@@ -15,6 +15,7 @@ use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::buckets::LOG2_BUCKETS;
 use crate::aggregate::hit::{self, PART_FAULT_SHIFT};
 use crate::aggregate::plan::{Plans, CALLS, ENTERED, LAT_HIST, MAX, MAX_KEY_WORDS, MIN, SETS, TOTAL};
+use crate::aggregate::stacks;
 
 /// A counted key: its event, which of its parts could not be read (bit i: part i), and its
 /// words.
@@ -64,6 +65,8 @@ pub struct Snapshot {
     pub sums: Vec<u64>,
     pub latencies: Vec<Latency>,
     pub keys: BTreeMap<KeyId, u64>,
+    /// The stacks of `--by ustack`, by id: frame addresses, innermost first.
+    pub stacks: BTreeMap<u64, Vec<u64>>,
     /// The blocks' recent owners and their names (thread ids of threads that may be gone).
     pub names: Vec<(i32, [u8; 16])>,
 }
@@ -89,6 +92,7 @@ pub fn take(plans: &Plans) -> Snapshot {
             .map(|_| Latency { hist: vec![0; LOG2_BUCKETS], ..Latency::default() })
             .collect(),
         keys: BTreeMap::new(),
+        stacks: BTreeMap::new(),
         names: Vec::new(),
     };
     for b in blocks::used() {
@@ -157,6 +161,7 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
             let id = KeyId { event, faults: (tag >> PART_FAULT_SHIFT) as u8, words };
             *s.keys.entry(id).or_insert(0) += count;
         }
+        stacks::gather(b, layout, &mut s.stacks);
     }
 }
 
@@ -212,6 +217,7 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
             .collect(),
         latencies,
         keys,
+        stacks: now.stacks.clone(),
         names: now.names.clone(),
     }
 }

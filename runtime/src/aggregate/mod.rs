@@ -9,7 +9,7 @@
 //!   it counts, checked against the events (pure);
 //! - [`buckets`]: log2 and linear histogram buckets and their labels (pure);
 //! - [`blocks`]: the per-thread blocks of counters;
-//! - [`hit`]: the handlers (the hit path);
+//! - [`hit`]: the handlers (the hit path); [`stacks`]: stacks as keys, kept per thread;
 //! - [`merge`]: the blocks added up, and one interval's share;
 //! - [`tables`], [`text`], [`json`]: what a report shows, as text or JSON lines (pure);
 //! - [`report`]: printing reports: the interval thread, the end of the run (also from a
@@ -39,5 +39,6 @@ pub mod report;
 pub mod request;
 #[allow(unsafe_code)]
 pub mod setup;
+pub mod stacks;
 pub mod tables;
 pub mod text;

@@ -20,7 +20,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use thiserror::Error;
 
 use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
-use crate::aggregate::request::Request;
+use crate::aggregate::request::{self, Request, STACK_SLOTS};
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Fetch, FetchArg};
 use crate::trace::names::glob;
@@ -48,16 +48,15 @@ pub const LATENCY_WORDS: usize = LAT_HIST + LOG2_BUCKETS;
 /// One part of what a hit of a counted event is counted by (`--by`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
-    /// A number fetcharg (index into the event's args).
+    /// A number fetcharg, a string one (kept up to [`STRING_KEY`] bytes): index into args.
     Arg(usize),
-    /// A string fetcharg, kept up to [`STRING_KEY`] bytes.
     String(usize),
-    /// The thread (`tid`).
+    /// The thread (`tid`), and the thread shown (and merged) by its name (`comm`).
     Tid,
-    /// The thread, shown (and merged) by its name (`comm`).
     Comm,
     /// The return address: where the function was called from.
     Caller,
+    Ustack(usize), // the user stack's id (`stacks`), of at most this many frames
 }
 
 impl Key {
@@ -65,7 +64,15 @@ impl Key {
     pub fn words(self) -> usize {
         match self {
             Key::String(_) => STRING_KEY / 8,
-            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller => 1,
+            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller | Key::Ustack(_) => 1,
+        }
+    }
+
+    /// A stack part's depth.
+    pub fn depth(self) -> Option<usize> {
+        match self {
+            Key::Ustack(d) => Some(d),
+            _ => None,
         }
     }
 }
@@ -131,6 +138,9 @@ pub struct Layout {
     pub key_words: usize,
     /// Words of a key slot: tag, count, key.
     pub slot_words: usize,
+    /// The stack store (`stacks`) and its slots' words (0: no stack is kept).
+    pub stacks: usize,
+    pub stack_words: usize,
     pub words: usize,
 }
 
@@ -169,19 +179,6 @@ pub struct EventInfo<'a> {
     pub at_entry: bool,
 }
 
-#[cfg(test)]
-impl<'a> EventInfo<'a> {
-    /// An entry event of group `g` at a function's first instruction (for the tests).
-    pub fn entry(name: &'a str, args: &'a [FetchArg]) -> Self {
-        EventInfo { name, group: "g", definition: "", kind: Kind::Entry, args, latency: false, at_entry: true }
-    }
-
-    /// A `--latency` return event (for the tests).
-    pub fn timed_return(name: &'a str) -> Self {
-        EventInfo { group: "latency", kind: Kind::Return, latency: true, ..Self::entry(name, &[]) }
-    }
-}
-
 /// Why what was asked does not fit the run's events.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum PlanError {
@@ -190,7 +187,7 @@ pub enum PlanError {
     #[error("{option} '{text}': event {event} has no argument {arg} (its arguments: {has})")]
     NoArg { option: &'static str, text: String, event: String, arg: String, has: String },
     #[error(
-        "--by '{key}': no event has an argument {key} (event {event} has none), and {key} is not tid, comm or caller"
+        "--by '{key}': no event has an argument {key} (event {event} has none), and {key} is not tid, comm, caller or ustack"
     )]
     NoKey { key: String, event: String },
     #[error("{option} '{text}': argument {arg} of event {event} is {what}: a histogram needs a number")]
@@ -314,6 +311,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                         }
                         "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
                         "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
+                        p if p.starts_with("ustack") => Key::Ustack(
+                            request::ustack_depth(p).map_err(|what| PlanError::BadKey { by: b.name.clone(), what })?,
+                        ),
                         // An event without the argument is counted as a whole.
                         _ => continue 'events,
                     },
@@ -330,7 +330,8 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         }
         if let Some(&first) = counted.first().filter(|_| counted.iter().all(|&i| plans[i].key.is_none())) {
             let has = |p: &String| counted.iter().any(|&i| events[i].args.iter().any(|a| &a.name == p));
-            let missing = b.parts.iter().find(|p| !["tid", "comm", "caller"].contains(&p.as_str()) && !has(p));
+            let special = |p: &str| ["tid", "comm", "caller"].contains(&p) || p.starts_with("ustack");
+            let missing = b.parts.iter().find(|p| !special(p) && !has(p));
             let key = missing.unwrap_or(&b.name).clone();
             return Err(PlanError::NoKey { key, event: events[first].name.to_string() });
         }
@@ -359,8 +360,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
 fn parse_by(text: &str) -> Result<By, PlanError> {
     let bad = |what: String| PlanError::BadKey { by: text.to_string(), what };
     let parts: Vec<String> = text.split(',').map(|p| p.trim().to_string()).collect();
-    if parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
-        return Err(bad("names separated by commas (an argument, tid, comm or caller)".into()));
+    let name = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') || p.starts_with("ustack:");
+    if parts.iter().any(|p| p.is_empty() || !name(p)) {
+        return Err(bad("names separated by commas (an argument, tid, comm, caller or ustack[:DEPTH])".into()));
     }
     if parts.len() > MAX_KEY_PARTS {
         return Err(bad(format!("at most {MAX_KEY_PARTS} parts")));
@@ -395,8 +397,11 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
     let keyed = plans.iter().any(|p| p.key.is_some());
     let keys = (at + 7) & !7;
     let slot_words = 2 + key_words;
-    let words = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
-    Layout { counts, dropped, failed, keys, key_words, slot_words, words }
+    let stacks = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
+    let depths = plans.iter().filter_map(|p| p.key.as_ref()).flatten().filter_map(|p| p.key.depth());
+    let stack_words = depths.max().map_or(0, |d| 2 + d);
+    let words = stacks + stack_words * STACK_SLOTS;
+    Layout { counts, dropped, failed, keys, key_words, slot_words, stacks, stack_words, words }
 }
 
 static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
@@ -535,7 +540,7 @@ mod tests {
         let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--by 'zz': no event has an argument zz (event malloc has none), and zz is not tid, comm or caller"
+            "--by 'zz': no event has an argument zz (event malloc has none), and zz is not tid, comm, caller or ustack"
         );
         let none: Vec<FetchArg> = Vec::new();
         let two = build(

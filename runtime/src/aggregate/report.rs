@@ -396,6 +396,30 @@ impl Names for Known<'_> {
         addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jump_active.load(Ordering::SeqCst))
     }
 
+    fn frame(&mut self, addr: u64, caller: bool) -> String {
+        let at = addr - u64::from(caller);
+        let name = self.symbolize(at);
+        // Named by the call's last byte, shown at the return address.
+        let name = match name.rsplit_once("+0x").map(|(s, off)| (s, u64::from_str_radix(off, 16))) {
+            Some((sym, Ok(off))) if caller => format!("{sym}+{:#x}", off + 1),
+            _ => name,
+        };
+        let maps = self.maps.get_or_insert_with(maps::current);
+        let module = maps::find(maps, at as usize).filter(|m| m.is_file() || m.path == "[vdso]");
+        let Some(module) = module.map(|m| m.path.rsplit('/').next().unwrap_or_default().to_string()) else {
+            return name;
+        };
+        match name.rsplit_once('+') {
+            // A stripped module's frame is FILE+OFFSET already.
+            Some((sym, _)) if sym == module => name,
+            Some((sym, off)) => {
+                let sym = demangle(sym).map_or(sym.to_string(), |d| without_parameters(&d).to_string());
+                format!("{sym}+{off} ({module})")
+            }
+            None => format!("{name} ({module})"),
+        }
+    }
+
     fn function(&mut self, event: usize) -> String {
         if let Some(f) = self.r.functions.get(&event) {
             return f.clone();

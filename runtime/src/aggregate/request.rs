@@ -6,6 +6,7 @@ use thiserror::Error;
 
 use crate::aggregate::buckets::{Scale, MAX_LINEAR_BUCKETS};
 use crate::base::spec::Aggregate;
+use crate::probe::stacks::MAX_DEPTH;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
@@ -64,6 +65,22 @@ impl Request {
     }
 }
 
+/// Distinct stacks one thread can keep (`--by ustack`); hits of more are counted as not kept.
+pub const STACK_SLOTS: usize = 4096;
+
+/// The depth a `--by` part `ustack` or `ustack:DEPTH` asks (the deepest when none is
+/// given); Err says what was expected.
+pub fn ustack_depth(part: &str) -> Result<usize, String> {
+    match part.strip_prefix("ustack") {
+        Some("") => Ok(MAX_DEPTH),
+        Some(n) => match n.strip_prefix(':').map(str::parse::<usize>) {
+            Some(Ok(d)) if (1..=MAX_DEPTH).contains(&d) => Ok(d),
+            _ => Err(format!("ustack:DEPTH with DEPTH from 1 to {MAX_DEPTH}, not {part}")),
+        },
+        None => Err(format!("ustack or ustack:DEPTH, not {part}")),
+    }
+}
+
 fn is_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
@@ -114,6 +131,16 @@ pub fn parse_lhist(text: &str) -> Result<HistRequest, RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depths() {
+        assert_eq!(ustack_depth("ustack"), Ok(127));
+        assert_eq!(ustack_depth("ustack:8"), Ok(8));
+        assert_eq!(ustack_depth("ustack:128"), Err("ustack:DEPTH with DEPTH from 1 to 127, not ustack:128".into()));
+        assert!(
+            ustack_depth("ustack:0").is_err() && ustack_depth("ustack:x").is_err() && ustack_depth("ustackz").is_err()
+        );
+    }
 
     #[test]
     fn histograms_parse() {

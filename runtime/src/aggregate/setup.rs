@@ -14,6 +14,7 @@ use crate::aggregate::request::Request;
 use crate::aggregate::{blocks, feed, report};
 use crate::base::spec::Aggregate;
 use crate::probe::registry;
+use crate::probe::stacks;
 use crate::trace::def::{self, Kind, Place};
 use crate::trace::events::{Event, Probe};
 use crate::trace::setup::{self, Added, Frontend, Handlers, Settings};
@@ -81,6 +82,9 @@ impl Frontend for Aggregator {
         hit::INTERVALS.store(plans.request.interval_ns.is_some(), Ordering::Relaxed);
         if !plans.latencies.is_empty() {
             report::calibrate_start(CALIBRATION_NS);
+        }
+        if plans.layout.stack_words != 0 {
+            stacks::enable();
         }
         plan::publish(plans);
         Ok(())

@@ -3,8 +3,11 @@
 //! one name count together; a symbol for a caller), and what became of timed calls that did
 //! not return. Pure, given [`Names`] for what only the process knows.
 
+use std::collections::BTreeMap;
+
 use crate::aggregate::merge::{KeyId, Latency, Snapshot};
 use crate::aggregate::plan::{Key, KeyPart, Plans};
+use crate::probe::stacks::CORRUPT;
 use crate::trace::fetch::FetchArg;
 use crate::trace::format::{self, json_string, Symbols, Value};
 
@@ -17,6 +20,12 @@ pub trait Names: Symbols {
     /// Whether event `event`'s probe is an `int3` (a timed call then includes the return
     /// from its trap).
     fn trapped(&mut self, event: usize) -> bool;
+    /// A stack frame's code address: `symbol+0xoff (module)`, or `FILE+0xoff`; a `caller`'s
+    /// is a return address, named by the call before it (a call that does not return may
+    /// end its function).
+    fn frame(&mut self, addr: u64, _caller: bool) -> String {
+        self.symbolize(addr)
+    }
     /// Whether event `event` was skipped (`--lenient`: its probe could not be placed):
     /// reports show it as skipped, never as a count.
     fn skipped(&mut self, _event: usize) -> bool {
@@ -184,7 +193,7 @@ pub fn keyed(plans: &Plans, snap: &Snapshot, events: &[EventView], event: usize,
     let part_names = plans.by.as_ref().map_or(&[][..], |b| b.parts.as_slice());
     let mut rows: Vec<Row> = Vec::new();
     for (id, &count) in snap.keys.range(first_of(event)..).take_while(|(id, _)| id.event == event) {
-        let (cells, json) = show_key(parts, part_names, id, events[event].args, names);
+        let (cells, json) = show_key(parts, part_names, id, events[event].args, &snap.stacks, names);
         match rows.iter_mut().find(|r| r.cells == cells) {
             Some(r) => r.count += count,
             None => rows.push(Row { cells, json, count }),
@@ -216,6 +225,7 @@ fn show_key(
     part_names: &[String],
     id: &KeyId,
     args: &[FetchArg],
+    stacks: &BTreeMap<u64, Vec<u64>>,
     names: &mut dyn Names,
 ) -> (Vec<String>, String) {
     let mut cells = Vec::with_capacity(parts.len());
@@ -224,7 +234,7 @@ fn show_key(
         let (text, json) = if id.faults & (1 << i) != 0 {
             ("(fault)".to_string(), "null".to_string())
         } else {
-            show_part(part.key, &id.words[part.at..part.at + part.key.words()], args, names)
+            show_part(part.key, &id.words[part.at..part.at + part.key.words()], args, stacks, names)
         };
         cells.push(text);
         members.push(json);
@@ -246,7 +256,13 @@ fn show_key(
 }
 
 /// One part of a key as text and as JSON.
-fn show_part(key: Key, words: &[u64], args: &[FetchArg], names: &mut dyn Names) -> (String, String) {
+fn show_part(
+    key: Key,
+    words: &[u64],
+    args: &[FetchArg],
+    stacks: &BTreeMap<u64, Vec<u64>>,
+    names: &mut dyn Names,
+) -> (String, String) {
     let mut json = String::new();
     let text = match key {
         Key::Arg(a) => {
@@ -275,8 +291,58 @@ fn show_part(key: Key, words: &[u64], args: &[FetchArg], names: &mut dyn Names) 
             json_string(&mut json, name.as_bytes());
             name
         }
+        // One frame a line (the text report indents them); JSON: an array of frames.
+        Key::Ustack(_) => {
+            let frames: Vec<String> = stacks
+                .get(&words[0])
+                .map_or(&[][..], |f| f)
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| frame(a, i > 0, names))
+                .collect();
+            json.push('[');
+            for (i, f) in frames.iter().enumerate() {
+                if i > 0 {
+                    json.push(',');
+                }
+                json_string(&mut json, f.as_bytes());
+            }
+            json.push(']');
+            frames.join("\n")
+        }
     };
     (text, json)
+}
+
+/// A stack's frame as reports show it.
+fn frame(addr: u64, caller: bool, names: &mut dyn Names) -> String {
+    if addr == CORRUPT {
+        "[stack unreadable from here]".into()
+    } else {
+        names.frame(addr, caller)
+    }
+}
+
+/// Events for the tests of every report module.
+#[cfg(test)]
+impl<'a> crate::aggregate::plan::EventInfo<'a> {
+    /// An entry event of group `g` at a function's first instruction (for the tests).
+    pub fn entry(name: &'a str, args: &'a [FetchArg]) -> Self {
+        Self {
+            name,
+            group: "g",
+            definition: "",
+            kind: crate::trace::def::Kind::Entry,
+            args,
+            latency: false,
+            at_entry: true,
+        }
+    }
+
+    /// A `--latency` return event (for the tests).
+    pub fn timed_return(name: &'a str) -> Self {
+        Self { group: "latency", kind: crate::trace::def::Kind::Return, latency: true, ..Self::entry(name, &[]) }
+    }
 }
 
 /// Names for tests: every address in hex, every function `work`, no thread names.

@@ -159,22 +159,32 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
         plural(k.total, "hit", "hits"),
         plural(k.keys as u64, "key", "keys")
     );
-    // One column per part of the key, each as wide as its widest cell or its name.
-    let heads: Vec<&str> = plans.by.as_ref().map_or(vec![by], |b| b.parts.iter().map(String::as_str).collect());
-    let widths: Vec<usize> = (0..heads.len())
-        .map(|c| k.rows.iter().filter_map(|r| r.cells.get(c)).map(String::len).max().unwrap_or(0).max(heads[c].len()))
-        .collect();
-    let line = |out: &mut String, cells: &[&str], count: &str| {
-        out.push_str("  ");
-        for (c, w) in cells.iter().zip(&widths) {
-            let _ = write!(out, "{c:<w$} ");
+    let parts = plans.events[event].key.iter().flatten();
+    let stack_parts: Vec<bool> = parts.map(|p| p.key.depth().is_some()).collect();
+    if stack_parts.contains(&true) {
+        for r in &k.rows {
+            bpftrace_row(out, &r.cells, &stack_parts, r.count);
         }
-        let _ = writeln!(out, "{count:>12}");
-    };
-    line(out, &heads, "COUNT");
-    for r in &k.rows {
-        let cells: Vec<&str> = r.cells.iter().map(String::as_str).collect();
-        line(out, &cells, &r.count.to_string());
+    } else {
+        // One column per part of the key, each as wide as its widest cell or its name.
+        let heads: Vec<&str> = plans.by.as_ref().map_or(vec![by], |b| b.parts.iter().map(String::as_str).collect());
+        let widths: Vec<usize> = (0..heads.len())
+            .map(|c| {
+                k.rows.iter().filter_map(|r| r.cells.get(c)).map(String::len).max().unwrap_or(0).max(heads[c].len())
+            })
+            .collect();
+        let line = |out: &mut String, cells: &[&str], count: &str| {
+            out.push_str("  ");
+            for (c, w) in cells.iter().zip(&widths) {
+                let _ = write!(out, "{c:<w$} ");
+            }
+            let _ = writeln!(out, "{count:>12}");
+        };
+        line(out, &heads, "COUNT");
+        for r in &k.rows {
+            let cells: Vec<&str> = r.cells.iter().map(String::as_str).collect();
+            line(out, &cells, &r.count.to_string());
+        }
     }
     if k.rest.0 > 0 {
         let _ = writeln!(
@@ -195,6 +205,26 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
     }
     not_kept(out, "  ", k.unblocked, "hits");
     out.push('\n');
+}
+
+/// A row with a stack as bpftrace prints `@[ustack, ...] = count()`: the parts separated by
+/// commas, a stack's frames one a line, indented.
+fn bpftrace_row(out: &mut String, cells: &[String], stack_parts: &[bool], count: u64) {
+    out.push_str("@[");
+    for (i, cell) in cells.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        if stack_parts.get(i) == Some(&true) {
+            out.push('\n');
+            for f in cell.lines() {
+                let _ = writeln!(out, "    {f}");
+            }
+        } else {
+            out.push_str(cell);
+        }
+    }
+    let _ = writeln!(out, "]: {count}");
 }
 
 fn not_kept(out: &mut String, indent: &str, n: u64, what: &str) {
@@ -235,12 +265,42 @@ fn not_returned(out: &mut String, left: &Left) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::merge::Latency;
+    use crate::aggregate::merge::{KeyId, Latency};
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_hist, Request};
     use crate::aggregate::tables::Interval;
     use crate::aggregate::tables::PlainNames as Fake;
     use crate::trace::fetch::{parse, Site};
+
+    #[test]
+    fn stacks_print_as_bpftrace_prints_them_with_other_parts_beside() {
+        let info = [EventInfo::entry("leaf", &[])];
+        let request = Request { count: true, by: Some("tid,ustack:4".into()), ..Request::default() };
+        let plans = build(&info, &request).unwrap();
+        let (one, two) = (0x51, 0x53);
+        let snap = Snapshot {
+            counts: vec![5],
+            dropped: vec![0],
+            unblocked: vec![0],
+            keys: [(KeyId::new(0, &[7, one]), 3), (KeyId::new(0, &[7, two]), 2)].into_iter().collect(),
+            stacks: [(one, vec![0x1000, 0x2005]), (two, vec![0x1000, 0x3009, crate::probe::stacks::CORRUPT])]
+                .into_iter()
+                .collect(),
+            ..Snapshot::default()
+        };
+        let views = [EventView { name: "leaf", group: "g", args: &[] }];
+        let frame = Frame { pid: 1, interval: None, end: true, ts: 0 };
+        let mut out = String::new();
+        write(&mut out, &plans, &views, &snap, &frame, &[], &mut Fake);
+        assert_eq!(
+            out,
+            "count leaf by tid,ustack:4: 5 hits, 2 keys\n\
+             @[7, \n    0x1000\n    0x2005\n]: 3\n\
+             @[7, \n    0x1000\n    0x3009\n    [stack unreadable from here]\n]: 2\n\n"
+        );
+        let k = tables::keyed(&plans, &snap, &views, 0, &mut Fake);
+        assert_eq!(k.rows[0].json, r#"{"tid":7,"ustack:4":["0x1000","0x2005"]}"#);
+    }
 
     #[test]
     fn a_report_with_every_section() {

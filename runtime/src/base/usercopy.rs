@@ -56,6 +56,27 @@ core::arch::global_asm!(
     "mov rax, -1",
     "ret",
     ".size uprobe_strncpy_user, . - uprobe_strncpy_user",
+    //
+    ".p2align 4",
+    ".globl uprobe_load_u64_user",
+    ".hidden uprobe_load_u64_user",
+    ".type uprobe_load_u64_user,@function",
+    // rdi = dst, rsi = src; rax = 0 when the word was read, 1 on a fault (one load: the
+    // stack walk's reads, where `rep movsb`'s start-up would cost more than the copy).
+    "uprobe_load_u64_user:",
+    ".globl uprobe_load_u64_user_load",
+    ".hidden uprobe_load_u64_user_load",
+    "uprobe_load_u64_user_load:",
+    "mov rax, qword ptr [rsi]",
+    "mov qword ptr [rdi], rax",
+    "xor eax, eax",
+    "ret",
+    ".globl uprobe_load_u64_user_fixup",
+    ".hidden uprobe_load_u64_user_fixup",
+    "uprobe_load_u64_user_fixup:",
+    "mov eax, 1",
+    "ret",
+    ".size uprobe_load_u64_user, . - uprobe_load_u64_user",
     ".popsection",
 );
 
@@ -66,6 +87,9 @@ extern "C" {
     fn uprobe_copy_user_fixup();
     fn uprobe_strncpy_user_load();
     fn uprobe_strncpy_user_fixup();
+    fn uprobe_load_u64_user(dst: *mut u64, src: usize) -> usize;
+    fn uprobe_load_u64_user_load();
+    fn uprobe_load_u64_user_fixup();
 }
 
 /// Copies `dst.len()` bytes from address `src`; false if any of them could not be read.
@@ -80,8 +104,13 @@ pub fn copy(dst: &mut [u8], src: usize) -> bool {
 
 /// Reads the 8-byte word at `src`.
 pub fn read_u64(src: usize) -> Option<u64> {
-    let mut b = [0u8; 8];
-    copy(&mut b, src).then(|| u64::from_le_bytes(b))
+    if !(4096..=usize::MAX - 8).contains(&src) {
+        return None;
+    }
+    let mut word = 0u64;
+    // SAFETY: `word` is writable; a fault of the one load is caught by the SIGSEGV/SIGBUS
+    // handler, which resumes at the fixup.
+    (unsafe { uprobe_load_u64_user(&mut word, src) } == 0).then_some(word)
 }
 
 /// Copies the NUL-terminated string at `src` into `dst` (without the NUL): its length, or
@@ -101,6 +130,8 @@ pub fn fixup(rip: usize) -> Option<usize> {
         Some(uprobe_copy_user_fixup as *const () as usize)
     } else if rip == uprobe_strncpy_user_load as *const () as usize {
         Some(uprobe_strncpy_user_fixup as *const () as usize)
+    } else if rip == uprobe_load_u64_user_load as *const () as usize {
+        Some(uprobe_load_u64_user_fixup as *const () as usize)
     } else {
         None
     }

@@ -24,7 +24,7 @@ use crate::hazard::interpose::{next, Next};
 use crate::probe::deferred;
 use crate::probe::owners;
 use crate::probe::thread;
-use crate::probe::{lifecycle, registry};
+use crate::probe::{lifecycle, registry, stacks};
 
 static DLOPEN: Next = Next::new(c"dlopen");
 static DLCLOSE: Next = Next::new(c"dlclose");
@@ -88,6 +88,7 @@ fn follow() -> bool {
 }
 
 fn after_load() {
+    stacks::refresh();
     for (consumer, result) in deferred::inside(lifecycle::arm_pending) {
         match result {
             Ok(addr) => {
@@ -99,6 +100,7 @@ fn after_load() {
 }
 
 fn after_unload() {
+    stacks::refresh();
     for (consumer, addr) in deferred::inside(lifecycle::drop_unmapped) {
         let kind = if consumer.is_return() { "return probe" } else { "probe" };
         output::message(format_args!("{kind} at {addr:#x} removed: its library was unloaded"));

@@ -7,7 +7,8 @@
 //! - [`stub`]: the bytes of a jump probe's stub (pure);
 //! - [`frame`]: the assembly that saves and restores a `struct pt_regs` on the trap-free paths;
 //! - [`vector`]: how much vector state that assembly saves;
-//! - [`patch`]: the code-writing protocol (pages made writable once per batch, synced steps).
+//! - [`patch`]: the code-writing protocol (pages made writable once per batch, synced steps);
+//! - [`unwind`]: call-frame information compiled into rows, and one unwind step (pure).
 //!
 //! Context: the pure modules run anywhere; `patch` runs in normal context (placement).
 
@@ -18,5 +19,6 @@ pub mod jump;
 #[allow(unsafe_code)]
 pub mod patch;
 pub mod stub;
+pub mod unwind;
 #[allow(unsafe_code)]
 pub mod vector;

@@ -13,6 +13,7 @@
 //! - [`traps`]: where an `int3` must not go (glibc runs the code with every signal blocked);
 //! - [`ssol`]: out-of-line slots and stub memory;
 //! - [`dispatch`]: the hit paths, for a trap and for a jump probe's stub;
+//! - [`stacks`]: the unwind tables of the loaded modules, and the stack walk of a hit;
 //! - [`retprobe`]: return probes: entry and return hits, the trampoline;
 //! - [`returns`]: a thread's pending returns (records and instances);
 //! - [`returnable`]: where a return probe may go; [`extent`]: where any probe may go;
@@ -56,6 +57,8 @@ pub mod semaphore;
 pub mod snapshot;
 #[allow(unsafe_code)]
 pub mod ssol;
+#[allow(unsafe_code)]
+pub mod stacks;
 #[allow(unsafe_code)]
 pub mod symbols;
 #[allow(unsafe_code)]
