@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// The directory the build script compiled the C handler libraries into (its `OUT_DIR`).
 pub const LIB_DIR: &str = env!("C_HANDLERS_LIB_DIR");
 
-/// The built library of `handlers/c/<stem>.c`, if there is such a source.
+/// The library the build script made of `handlers/c/<stem>.c`, if it made one.
 pub fn library(stem: &str) -> Option<PathBuf> {
     let path = Path::new(LIB_DIR).join(format!("{stem}.so"));
     path.is_file().then_some(path)
