@@ -1,6 +1,7 @@
-//! Compiles each `handlers/c/*.c` into a handler library `<name>.so` with the system gcc and
-//! copies it into the cargo profile directory (`target/<profile>/`), where `uprobe-run` and
-//! the integration tests expect the built handler libraries.
+//! Compiles each `handlers/c/*.c` into a handler library `<name>.so` with the system gcc, in
+//! this build script's `OUT_DIR` and nowhere else. The crate exports that directory as
+//! `c_handlers::LIB_DIR` (the integration tests take the libraries from there); uprobe-run
+//! carries its own copies (`loader-cli/build.rs`) and finds them by their short names.
 
 use std::env;
 use std::fs;
@@ -15,25 +16,15 @@ fn main() {
     let include_dir = manifest_dir.join("../../runtime/include");
     let header = include_dir.join("uprobe.h");
 
-    // OUT_DIR is target/<profile>/build/<pkg>-<hash>/out: the profile directory is three up.
-    let profile_dir = out_dir
-        .ancestors()
-        .nth(3)
-        .unwrap_or_else(|| panic!("unexpected OUT_DIR layout: {}", out_dir.display()))
-        .to_path_buf();
-
     // Watching the directory makes a newly added handler source trigger a rebuild.
     println!("cargo:rerun-if-changed={}", manifest_dir.display());
     println!("cargo:rerun-if-changed={}", header.display());
-    println!("cargo:rustc-env=C_HANDLERS_LIB_DIR={}", profile_dir.display());
+    println!("cargo:rustc-env=C_HANDLERS_LIB_DIR={}", out_dir.display());
 
-    let sources = c_sources(&manifest_dir);
-    for src in &sources {
+    for src in &c_sources(&manifest_dir) {
         println!("cargo:rerun-if-changed={}", src.display());
         let stem = src.file_stem().and_then(|s| s.to_str()).expect("UTF-8 source name");
-        let built = out_dir.join(format!("{stem}.so"));
-        compile(src, &include_dir, &built);
-        install(&built, &profile_dir.join(format!("{stem}.so")));
+        compile(src, &include_dir, &out_dir.join(format!("{stem}.so")));
     }
 }
 
@@ -48,9 +39,12 @@ fn c_sources(dir: &Path) -> Vec<PathBuf> {
     sources
 }
 
+/// Compiles under a temporary name and renames, so a test of an earlier build still running
+/// never loads a half-written library.
 fn compile(src: &Path, include_dir: &Path, out: &Path) {
+    let tmp = out.with_extension("so.tmp");
     let mut cmd = Command::new("gcc");
-    cmd.args(CFLAGS).arg(format!("-I{}", include_dir.display())).arg("-o").arg(out).arg(src);
+    cmd.args(CFLAGS).arg(format!("-I{}", include_dir.display())).arg("-o").arg(&tmp).arg(src);
     let output = cmd.output().unwrap_or_else(|e| panic!("running gcc for {}: {e} (is gcc installed?)", src.display()));
     if !output.status.success() {
         panic!(
@@ -61,12 +55,5 @@ fn compile(src: &Path, include_dir: &Path, out: &Path) {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-}
-
-/// Copies via a temporary name and renames, so a test running concurrently never loads a
-/// half-written library.
-fn install(built: &Path, dest: &Path) {
-    let tmp = dest.with_extension("so.tmp");
-    fs::copy(built, &tmp).unwrap_or_else(|e| panic!("copying {} to {}: {e}", built.display(), tmp.display()));
-    fs::rename(&tmp, dest).unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), dest.display()));
+    fs::rename(&tmp, out).unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), out.display()));
 }

@@ -42,9 +42,14 @@ pub fn uprobe_run() -> PathBuf {
     release_dir().join("uprobe-run")
 }
 
-/// A built artefact of the workspace (`libcount.so`, `uprobe_example.so`, ...).
+/// A built artefact of the workspace (`libcount.so`, `uprobe_example.so`, ...): a C handler
+/// library of `handlers/c` from where its build script compiled it (`c_handlers::LIB_DIR`),
+/// anything else from `target/release`.
 pub fn artefact(name: &str) -> PathBuf {
     ensure_built();
+    if let Some(path) = name.strip_suffix(".so").and_then(c_handlers::library) {
+        return path;
+    }
     let path = release_dir().join(name);
     assert!(path.exists(), "{} was not built", path.display());
     path

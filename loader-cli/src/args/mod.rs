@@ -1,6 +1,6 @@
 //! The arguments: the command line's definitions (clap), with the checks a value makes on
 //! its own (numbers, sizes, seconds), the `--config` file's format ([`config`]), and the
-//! reference generated from the definitions ([`reference`]: man page, completions). What
+//! reference generated from the definitions ([`mod@reference`]: man page, completions). What
 //! the options mean together is the plan's to judge (`crate::plan`).
 //!
 //! Context: uprobe-run's own process, first thing.
