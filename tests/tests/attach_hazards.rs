@@ -144,8 +144,10 @@ fn libc_wide_probes_never_trap_the_runtime_or_a_rust_handler_attached_or_launche
         // still armed, and a detach of 200 ms. Left: the runtime's checks of the dynamic
         // loader's generation at detach (`dl_iterate_phdr`, which takes the loader's lock with
         // `pthread_mutex_lock`/`unlock`): two checks, three traps each, where those three
-        // functions have an int3.
-        assert!(stats(&run).traps_in_runtime <= 6, "round {round}: {:?}", stats(&run));
+        // functions have an int3; and the runtime's own `dlopen` of the handler library,
+        // which passes through the session's internal probe on `dlopen` (an int3 with
+        // --no-optimize) before the handler's probes are armed.
+        assert!(stats(&run).traps_in_runtime <= 7, "round {round}: {:?}", stats(&run));
     }
     let (status, rest) = target.finish();
     assert_eq!(status.code(), Some(0), "{rest:?}");
