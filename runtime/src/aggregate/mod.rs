@@ -6,7 +6,7 @@
 //! handlers.
 //!
 //! - [`request`]: what the run asks, parsed; [`plan`]: what each event's hit does and where
-//!   it counts, checked against the events (pure);
+//!   it counts, checked against the events (pure); [`key`]: the parts of a `--by` key;
 //! - [`buckets`]: log2 and linear histogram buckets and their labels (pure);
 //! - [`blocks`]: the per-thread blocks of counters;
 //! - [`hit`]: the handlers (the hit path); [`stacks`]: stacks as keys, kept per thread;
@@ -31,6 +31,7 @@ pub mod feed;
 #[allow(unsafe_code)]
 pub mod hit;
 pub mod json;
+pub mod key;
 pub mod merge;
 #[allow(unsafe_code)]
 pub mod plan;

@@ -20,6 +20,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use thiserror::Error;
 
 use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
+pub use crate::aggregate::key::{Key, KeyPart, STRING_KEY};
 use crate::aggregate::request::{self, Request, STACK_SLOTS};
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Fetch, FetchArg};
@@ -28,8 +29,6 @@ use crate::trace::names::glob;
 pub const HEADER_WORDS: usize = 32;
 /// Distinct keys one thread can count (over all events); more are counted as dropped.
 pub const KEY_SLOTS: usize = 4096;
-/// The longest string kept as a key (longer ones are cut, as bpftrace's `str()` cuts them).
-pub const STRING_KEY: usize = 64;
 /// The most parts a key may have (`--by caller,size,...`), and the most words they take.
 pub const MAX_KEY_PARTS: usize = 8;
 pub const MAX_KEY_WORDS: usize = 32;
@@ -44,45 +43,6 @@ pub const ENTERED: usize = 4;
 pub const SETS: usize = 5;
 pub const LAT_HIST: usize = 11;
 pub const LATENCY_WORDS: usize = LAT_HIST + LOG2_BUCKETS;
-
-/// One part of what a hit of a counted event is counted by (`--by`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Key {
-    /// A number fetcharg, a string one (kept up to [`STRING_KEY`] bytes): index into args.
-    Arg(usize),
-    String(usize),
-    /// The thread (`tid`), and the thread shown (and merged) by its name (`comm`).
-    Tid,
-    Comm,
-    /// The return address: where the function was called from.
-    Caller,
-    Ustack(usize), // the user stack's id (`stacks`), of at most this many frames
-}
-
-impl Key {
-    /// The words the part takes in a key.
-    pub fn words(self) -> usize {
-        match self {
-            Key::String(_) => STRING_KEY / 8,
-            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller | Key::Ustack(_) => 1,
-        }
-    }
-
-    /// A stack part's depth.
-    pub fn depth(self) -> Option<usize> {
-        match self {
-            Key::Ustack(d) => Some(d),
-            _ => None,
-        }
-    }
-}
-
-/// A key's part and where its words start in the key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyPart {
-    pub key: Key,
-    pub at: usize,
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventPlan {
