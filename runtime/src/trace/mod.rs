@@ -15,7 +15,8 @@
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
 //! - [`buffers`]: the per-thread rings;
 //! - [`drain`]: the thread that writes the records out, and the end of the stream;
-//! - [`setup`]: start-up: resolving and registering the definitions;
+//! - [`setup`]: start-up: resolving and registering the definitions ([`resolve`]: where
+//!   each definition's probes go);
 //! - [`list`]: `--list`, the functions that can be probed and how.
 //!
 //! Context: `record`, `clock::now` and `buffers`' writer run on the hit path (signal, stub or
@@ -41,6 +42,7 @@ pub mod names;
 pub mod read;
 #[allow(unsafe_code)]
 pub mod record;
+pub mod resolve;
 #[allow(unsafe_code)]
 pub mod setup;
 
