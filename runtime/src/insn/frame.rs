@@ -1,7 +1,7 @@
 //! The register frame of the trap-free paths: assembly that builds a `struct pt_regs` on the
 //! stack (its address left in %rbx, which calls preserve), saves the vector registers below
 //! it, and the way back. The jump probes' common entry and the return trampoline (in
-//! `probe::dispatch` and `probe::retprobe`) are made of it with [`trap_free_entry`], so one
+//! `probe::dispatch` and `probe::retprobe`) are made of it with `trap_free_entry!`, so one
 //! definition serves both; the constants below are the one description of the stack that
 //! code builds, read by the stub generator (`stub`) and by the Rust code that reads the area.
 //!

@@ -75,28 +75,7 @@ pub struct ThreadState {
 }
 
 thread_local! {
-    static STATE: ThreadState = const {
-        ThreadState {
-            busy: Cell::new(false),
-            in_signal: Cell::new(false),
-            depth: Cell::new(0),
-            entry: Cell::new(0),
-            entry_what: Cell::new((0, 0)),
-            queued: Cell::new(0),
-            reader: Cell::new(0),
-            handling: Cell::new(0),
-            code: Cell::new(0),
-            returns: UnsafeCell::new(ReturnStack::EMPTY),
-            requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
-            own: Cell::new(false),
-            filter_tid: Cell::new(0),
-            filter_comm: Cell::new([0; 16]),
-            ring: Cell::new((0, 0)),
-            block: Cell::new((0, 0)),
-            trap_blocked: Cell::new(false),
-            trap_pending: Cell::new(false),
-        }
-    };
+    static STATE: ThreadState = const { ThreadState::fresh() };
 }
 
 /// Where `STATE` lies from the thread pointer, the same in every thread (measured by
@@ -171,23 +150,9 @@ struct Fallback(ThreadState);
 unsafe impl Sync for Fallback {}
 static FALLBACK: Fallback = Fallback(ThreadState {
     busy: Cell::new(true),
-    in_signal: Cell::new(false),
     depth: Cell::new(1),
-    entry: Cell::new(0),
-    entry_what: Cell::new((0, 0)),
-    queued: Cell::new(0),
     reader: Cell::new(u32::MAX),
-    handling: Cell::new(0),
-    code: Cell::new(0),
-    returns: UnsafeCell::new(ReturnStack::EMPTY),
-    requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
-    own: Cell::new(false),
-    filter_tid: Cell::new(0),
-    filter_comm: Cell::new([0; 16]),
-    ring: Cell::new((0, 0)),
-    block: Cell::new((0, 0)),
-    trap_blocked: Cell::new(false),
-    trap_pending: Cell::new(false),
+    ..ThreadState::fresh()
 });
 
 /// Takes thread states from the pool from now on (a runtime loaded by attach, before it
@@ -270,6 +235,30 @@ pub fn pool_after_fork() {
 }
 
 impl ThreadState {
+    /// A thread's state before its first hit.
+    const fn fresh() -> ThreadState {
+        ThreadState {
+            busy: Cell::new(false),
+            in_signal: Cell::new(false),
+            depth: Cell::new(0),
+            entry: Cell::new(0),
+            entry_what: Cell::new((0, 0)),
+            queued: Cell::new(0),
+            reader: Cell::new(0),
+            handling: Cell::new(0),
+            code: Cell::new(0),
+            returns: UnsafeCell::new(ReturnStack::EMPTY),
+            requests: [const { Cell::new([0; 2]) }; QUEUE_LEN],
+            own: Cell::new(false),
+            filter_tid: Cell::new(0),
+            filter_comm: Cell::new([0; 16]),
+            ring: Cell::new((0, 0)),
+            block: Cell::new((0, 0)),
+            trap_blocked: Cell::new(false),
+            trap_pending: Cell::new(false),
+        }
+    }
+
     /// Reads errno (no call into libc: see `base::sys::errno_location`).
     #[inline(always)]
     pub fn errno(&self) -> i32 {
