@@ -90,9 +90,8 @@ pub(super) fn release(key: usize) {
 
 /// Adds `by` to the counter at `at`, never below 0 nor past 65535.
 fn add(at: usize, by: i32) {
-    // SAFETY: `at` is 2-byte aligned and inside a readable, writable mapping of the probed
-    // file (checked by `locate`, and again by `lower`); the program only reads the counter,
-    // and other raisers (another tool) use atomic adds as well.
+    // SAFETY: `at` is 2-byte aligned in a writable mapping of the probed file (`locate` and
+    // `lower` check it); the program only reads it, other raisers add atomically too.
     let counter = unsafe { AtomicU16::from_ptr(at as *mut u16) };
     let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
         let next = i32::from(v) + by;
