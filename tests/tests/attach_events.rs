@@ -43,7 +43,11 @@ fn launched(args: &[&str]) -> Run {
 /// the session attaches to the fixture waiting at its gate, the gate opens, the fixture does
 /// its work and exits, which ends the session.
 fn attached(args: &[&str]) -> (ExitStatus, String, Vec<String>) {
-    let mut target = Target::start(&gated(), &[]);
+    attached_to(Target::start(&gated(), &[]), args)
+}
+
+/// [`attached`], to a fixture already started (and perhaps attached to before).
+fn attached_to(mut target: Target, args: &[&str]) -> (ExitStatus, String, Vec<String>) {
     let out = tempfile("attach-events");
     let mut session = Session::start(target.pid, &[&["-o", path(&out)], args].concat());
     target.send("go");
@@ -242,7 +246,7 @@ fn refusals_are_one_line_and_leave_the_process_as_it_was() {
         (vec!["--hist", "nosuch.v", "-e", &sized], "--hist 'nosuch.v': no event named nosuch (events: sized)".into()),
         (vec!["--count", "-e", &sized, "-e", "p libnosuch.so:f"], "libnosuch.so".into()),
     ];
-    let mut target = Target::start(&g, &[]);
+    let target = Target::start(&g, &[]);
     let before = target.maps();
     for (args, why) in cases {
         let (status, err) = attach_once(target.pid, &args);
@@ -268,16 +272,8 @@ fn refusals_are_one_line_and_leave_the_process_as_it_was() {
         maps.iter().filter(|l| l.contains(path(&g)) && l.contains("x")).cloned().collect()
     };
     assert_eq!(code(&after), code(&before));
-    let out = tempfile("after-refusals");
-    let mut session = Session::start(target.pid, &["-o", path(&out), "--count", "-e", &sized]);
-    target.send("go");
-    target.out.expect("done");
-    let (status, _) = target.finish();
-    assert_eq!(status.code(), Some(0));
-    let (status, _) = session.wait();
-    assert_eq!(status.code(), Some(0), "{:?}", session.own_lines());
-    let text = std::fs::read_to_string(&out).unwrap();
-    let _ = std::fs::remove_file(&out);
+    let (status, text, own) = attached_to(target, &["--count", "-e", &sized]);
+    assert_eq!(status.code(), Some(0), "{own:?}");
     assert!(
         without_own_lines(&text).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["sized", "210"]),
         "{text}"
