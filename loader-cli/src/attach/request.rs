@@ -14,10 +14,11 @@ pub struct Request {
     pub runtime_bytes: Vec<u8>,
     /// Absolute paths.
     pub handlers: Vec<PathBuf>,
-    pub params: Vec<String>,
+    /// `--param NAME=VALUE`, as (name, value).
+    pub params: Vec<(String, String)>,
     pub output: Option<PathBuf>,
-    /// Runtime options (`no-optimize`, `verbose`, `stats`, `full-vector-state`).
-    pub options: Vec<String>,
+    /// Runtime switches by name (`no-optimize`, `verbose`, `stats`, `full-vector-state`).
+    pub switches: Vec<&'static str>,
     pub duration: Option<Duration>,
     pub verbose: bool,
     /// What the session runs besides handler libraries, as the run spec carries it:

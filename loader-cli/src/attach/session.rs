@@ -192,11 +192,8 @@ impl Session {
         })?;
         let (ours, theirs) = net::pair().map_err(AttachError::Socket)?;
         net::set_send_buffer(&theirs, OUTPUT_BUFFER);
-        let params: Vec<(String, String)> = (self.request.params.iter())
-            .map(|p| p.split_once('=').map_or((p.clone(), String::new()), |(n, v)| (n.to_owned(), v.to_owned())))
-            .collect();
-        let switches: Vec<&str> = self.request.options.iter().map(String::as_str).collect();
-        let records = spec::run_spec(&self.request.handlers, &params, None, &switches, self.request.spec.clone())
+        let request = &self.request;
+        let records = spec::run_spec(&request.handlers, &request.params, None, &request.switches, request.spec.clone())
             .and_then(|spec| spec::encode(&spec))
             .map_err(|e| self.protocol(e.to_string()))?;
         if records.len() >= MAX_MESSAGE - 16 {
