@@ -29,6 +29,7 @@ fn main() {
         "runtime/src",
         "runtime/contracts/src",
         "runtime/contracts/Cargo.toml",
+        "runtime/memfns",
         "runtime/include",
         "runtime/Cargo.toml",
         "handlers/count",
