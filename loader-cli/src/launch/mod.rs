@@ -148,7 +148,7 @@ pub fn event_spec(events: &Events) -> Result<Spec, Error> {
         events: events.definitions.clone(),
         event_files: events.files.iter().map(|f| spec::spec_text(f)).collect::<Result<_, _>>()?,
         filters: events.filters.iter().map(plan::filter::Compiled::spec_entry).collect(),
-        format: events.format.map(|format| format.name().to_owned()),
+        format: events.format,
         buffer_size: events.buffer_size,
         triggers: events.triggers.clone(),
         max_events: events.max_events,
