@@ -30,7 +30,7 @@ use exec::Launch;
 /// Starts the program that `plan` names; returns only with the reason it could not.
 pub fn run(plan: plan::Launch) -> Result<Infallible, Error> {
     let mut spec = event_spec(&plan.events)?;
-    spec.aggregate = plan.aggregation.spec();
+    spec.aggregate = plan.aggregation.clone();
     // The feed's socket pair: its number is in the specification the program reads.
     let serve = match plan.serve {
         Some(serve) => {
