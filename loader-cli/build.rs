@@ -1,21 +1,23 @@
-//! Builds the runtime (libuprobe.so) and puts it inside uprobe-run, so that a copied or
-//! `cargo install`ed binary needs no file beside it: `src/base/runtime.rs` writes it out on
-//! first use. The runtime is built in release mode whatever the profile (its hit path is
-//! what users measure), in a target directory of its own (the outer build holds the lock on
-//! the usual one), without debug information (the binary carries it; symbols stay).
+//! Builds the runtime (libuprobe.so) and puts it inside a release build of uprobe-run, so
+//! that a copied or `cargo install`ed binary needs no file beside it: `src/base/runtime.rs`
+//! writes it out on first use. The runtime is built in release mode (its hit path is what
+//! users measure), by a nested cargo in a target directory of its own inside this script's
+//! `OUT_DIR` (the outer build holds the lock on the usual one; a build script writes nowhere
+//! else), without debug information (the binary carries it; symbols stay).
 //!
-//! That directory, `<target>/embedded-runtime`, is the one place a build script of the
-//! workspace writes outside its `OUT_DIR`, on purpose: one nested build serves every profile
-//! and every command. Under `OUT_DIR` each of `cargo clippy`, `cargo doc` and `cargo build
-//! --release` gets a directory of its own, so CI would build the runtime three times from
-//! clean instead of once (81 MB and about 50 s on two cores each).
+//! Only the release profile carries the runtime (`PROFILE` is `release`: `cargo build
+//! --release`, `cargo test --release`, `cargo install`). Every other command (`cargo check`,
+//! `cargo clippy`, `cargo doc`, a debug build) gets an `OUT_DIR` of its own, and a nested
+//! build in each would cost CI a minute of two cores apiece; there uprobe-run carries no
+//! runtime and takes the `libuprobe.so` the workspace build puts beside it
+//! (`target/debug/libuprobe.so`), or `$UPROBE_LIB`, and says so when neither is there.
 //!
-//! `UPROBE_EMBED_RUNTIME=PATH` embeds an already built library instead.
+//! `UPROBE_EMBED_RUNTIME=PATH` embeds an already built library instead, in any profile.
 //!
 //! The bundled handler libraries go in too (`src/base/bundled.rs` writes them out when a run names
-//! one by its short name, `--handlers count`): `libcount.so`, built by the same nested build,
-//! and the classic C examples of `handlers/c`, compiled with gcc (without gcc they are left
-//! out, with a warning, and a run that names them is told so).
+//! one by its short name, `--handlers count`): `libcount.so`, built by the same nested build
+//! (release only, as the runtime), and the classic C examples of `handlers/c`, compiled with
+//! gcc (without gcc they are left out, with a warning, and a run that names them is told so).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,7 @@ fn main() {
         "runtime/src",
         "runtime/contracts/src",
         "runtime/contracts/Cargo.toml",
+        "runtime/memfns",
         "runtime/include",
         "runtime/Cargo.toml",
         "handlers/count",
@@ -42,17 +45,20 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=UPROBE_EMBED_RUNTIME");
 
+    let release = env::var("PROFILE").is_ok_and(|p| p == "release");
     let built = match env::var_os("UPROBE_EMBED_RUNTIME").filter(|v| !v.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => build_runtime(&root, &out),
+        Some(path) => Some(PathBuf::from(path)),
+        None => release.then(|| build_runtime(&root, &out)),
     };
-    let bytes = std::fs::read(&built).unwrap_or_else(|e| panic!("reading {}: {e}", built.display()));
+    // An empty file stands for a library not carried (the runtime and libcount.so outside
+    // release builds; a bundled handler that could not be built).
+    let read = |path: &Path| std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let bytes = built.as_deref().map(read).unwrap_or_default();
     std::fs::write(out.join("libuprobe.so"), &bytes).expect("write the embedded runtime");
     println!("cargo:rustc-env=UPROBE_RUNTIME_HASH={:016x}", fnv1a(&bytes));
 
-    // The bundled handlers: an empty file stands for one that could not be built.
-    let count = built.with_file_name("libcount.so");
-    let count = std::fs::read(&count).unwrap_or_default();
+    let count = built.map(|b| b.with_file_name("libcount.so"));
+    let count = count.and_then(|c| std::fs::read(c).ok()).unwrap_or_default();
     std::fs::write(out.join("libcount.so"), &count).expect("write the embedded libcount.so");
     for name in ["uprobe_example", "uretprobe_example"] {
         let src = root.join("handlers/c").join(format!("{name}.c"));
@@ -76,11 +82,9 @@ fn compile_c(src: &Path, include: &Path, out: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `cargo build --release -p uprobe -p count` into `<target>/embedded-runtime`.
+/// `cargo build --release -p uprobe -p count` into `OUT_DIR/runtime-build`.
 fn build_runtime(root: &Path, out: &Path) -> PathBuf {
-    // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
-    let target = out.ancestors().nth(4).map(Path::to_path_buf).unwrap_or_else(|| out.to_path_buf());
-    let target_dir = target.join("embedded-runtime");
+    let target_dir = out.join("runtime-build");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--release", "-p", "uprobe", "-p", "count", "--manifest-path"])
@@ -99,6 +103,9 @@ fn build_runtime(root: &Path, out: &Path) -> PathBuf {
             cmd.env_remove(name.as_ref());
         }
     }
+    // `cargo clippy --release` lints the workspace, not the library it carries (under the
+    // wrapper the nested build would compile the runtime a second time, and lint it).
+    cmd.env_remove("RUSTC_WORKSPACE_WRAPPER");
     let status = cmd.status().expect("run cargo to build the runtime");
     assert!(status.success(), "building the runtime (libuprobe.so) failed: {status}");
     target_dir.join("release").join("libuprobe.so")

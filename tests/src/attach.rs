@@ -7,6 +7,10 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use nix::sys::ptrace;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use crate::{default_signals, fixture, int3_only, uprobe_run};
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -174,8 +178,8 @@ impl Session {
 
     /// Sends `signal` and waits for the end: the exit status and the handlers' lines.
     pub fn end(mut self, signal: i32) -> (ExitStatus, Vec<String>) {
-        // SAFETY: kill(2) with our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let signal = Signal::try_from(signal).expect("a signal number");
+        let _ = kill(Pid::from_raw(self.child.id() as i32), signal);
         self.wait()
     }
 
@@ -209,17 +213,15 @@ pub fn attach_once(pid: i32, args: &[&str]) -> (ExitStatus, String) {
 /// Whether this process may trace its own children; says why not.
 pub fn ptrace_allowed() -> Result<(), String> {
     let mut sleeper = Command::new("sleep").arg("10").spawn().unwrap();
-    let pid = sleeper.id() as i32;
-    // SAFETY: PTRACE_SEIZE and PTRACE_DETACH take plain integers.
-    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) } == 0;
-    let why = std::io::Error::last_os_error();
-    // SAFETY: as above.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
+    let pid = Pid::from_raw(sleeper.id() as i32);
+    let seized = ptrace::seize(pid, ptrace::Options::empty());
+    let _ = ptrace::detach(pid, None);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    if seized {
-        return Ok(());
-    }
+    let why = match seized {
+        Ok(()) => return Ok(()),
+        Err(errno) => std::io::Error::from(errno),
+    };
     let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_else(|_| "absent".into());
     Err(format!("ptrace is not permitted here ({why}; kernel.yama.ptrace_scope {})", yama.trim()))
 }

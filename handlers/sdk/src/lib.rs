@@ -57,12 +57,6 @@
 
 pub mod abi;
 mod line;
-// The runtime's own `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen`, hidden: a
-// handler library built with the SDK binds the calls the compiler emits to them, not to
-// libc's, which may carry probes (libc-wide probes would otherwise trap on every copy its
-// set-up and report code makes). The program keeps calling libc's.
-#[path = "../../../runtime/src/base/memfns.rs"]
-mod memfns;
 mod probe;
 mod sys;
 
@@ -70,6 +64,12 @@ pub use abi::{PtRegs, Uprobe, Uretprobe, UretprobeInstance};
 pub use line::Line;
 pub use probe::{OnHit, Probe, ProbeList};
 pub use uprobe_contracts::errno::Errno;
+
+// The runtime's own `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen`, hidden: a
+// handler library built with the SDK binds the calls the compiler emits to them, not to
+// libc's, which may carry probes (libc-wide probes would otherwise trap on every copy its
+// set-up and report code makes). The program keeps calling libc's.
+uprobe_memfns::define!();
 
 use std::ffi::CString;
 

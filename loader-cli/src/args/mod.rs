@@ -9,10 +9,12 @@ pub mod config;
 pub mod reference;
 
 use crate::base::error::Error;
+use clap::builder::TypedValueParser as _;
 use clap::error::ErrorKind;
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
+pub use uprobe_contracts::spec::Format;
 
 /// The headings of `--help` (and of the man page), in the order they first appear: each
 /// option goes under one. `-h`, `--help` and `-V` stand under clap's own "Options".
@@ -164,7 +166,7 @@ pub struct Cli {
 
     /// How events are written: text (as the kernel's trace shows them), json (one object a
     /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
-    #[arg(long, value_enum, value_name = "FORMAT", help_heading = heading::EVENTS)]
+    #[arg(long, value_name = "FORMAT", value_parser = format_parser(), help_heading = heading::EVENTS)]
     pub format: Option<Format>,
 
     /// Each thread's event buffer (bytes; K, M and G suffixes; default 1M). A full buffer
@@ -273,22 +275,10 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
-/// `--format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-    Chrome,
-}
-
-impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Text => "text",
-            Format::Json => "json",
-            Format::Chrome => "chrome",
-        }
-    }
+/// `--format`: one of the run spec's formats, by the name its record carries.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    clap::builder::PossibleValuesParser::new(Format::ALL.map(Format::name))
+        .map(|name| Format::from_name(&name).expect("a possible value names a format"))
 }
 
 /// A period in seconds (`1`, `0.5`), as nanoseconds: from 1 ms to a day.

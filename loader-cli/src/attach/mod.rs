@@ -68,7 +68,7 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
         let text = String::from_utf8_lossy(&text);
         spec.events.extend(uprobe_contracts::def::file_lines(&text).map(|(_, def)| def.to_owned()));
     }
-    spec.aggregate = plan.aggregation.spec();
+    spec.aggregate = plan.aggregation.clone();
     spec.list = plan.list.clone();
     // `--serve`: served here while the session runs; the feed's other end goes to the process.
     let serving = match &plan.serve {
@@ -93,7 +93,7 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
         switches: switches.names(),
         duration: plan.duration,
         verbose: switches.verbose,
-        chrome: plan.events.format.is_some_and(|f| f.name() == "chrome"),
+        chrome: plan.events.format == Some(plan::Format::Chrome),
         spec,
         feed: serving.as_ref().map(|(_, theirs, _)| *theirs),
     };

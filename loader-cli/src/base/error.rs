@@ -43,6 +43,11 @@ pub enum Error {
     )]
     NoRuntime(PathBuf),
     #[error(
+        "no runtime: this uprobe-run carries none (only release builds do) and no libuprobe.so is \
+         beside it (build one there: cargo build -p uprobe; or set UPROBE_LIB to a libuprobe.so)"
+    )]
+    RuntimeNotCarried,
+    #[error(
         "{}: cannot write the runtime carried inside uprobe-run there: {} (set XDG_CACHE_HOME \
          to a writable directory, or UPROBE_LIB to a libuprobe.so)",
         .path.display(),
@@ -105,8 +110,8 @@ pub enum Error {
     )]
     NoEntryPoints(PathBuf),
     #[error(
-        "{0}: this uprobe-run does not carry it (gcc was missing when it was built): give the path \
-         of a built copy"
+        "{0}: this uprobe-run does not carry it (a build that is not release carries no libcount.so; \
+         gcc was missing for a C example): give the path of a built copy"
     )]
     NotCarried(&'static str),
     #[error("cannot write a bundled handler library: neither XDG_CACHE_HOME nor HOME names a directory")]

@@ -1,7 +1,7 @@
 //! Which runtime library the program gets preloaded: `$UPROBE_LIB`; else `libuprobe.so`
 //! beside this executable (a build tree); else the copy carried inside this executable
 //! (`build.rs`), written once to a private cache file, since LD_PRELOAD needs a path that
-//! the program, and the programs it execs, can open.
+//! the program, and the programs it execs, can open. Only release builds carry a copy.
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::base::error::Error;
 
-/// The runtime built with this executable.
+/// The runtime built with this executable; empty in a build that carries none (not release).
 static EMBEDDED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libuprobe.so"));
 /// A hash of [`EMBEDDED`]: the cache directory's name, with the version.
 const HASH: &str = env!("UPROBE_RUNTIME_HASH");
@@ -42,6 +42,9 @@ pub fn locate() -> Result<(PathBuf, Origin), Error> {
     if let Some(found) = given()? {
         return Ok(found);
     }
+    if EMBEDDED.is_empty() {
+        return Err(Error::RuntimeNotCarried);
+    }
     extract().map(|path| (path, Origin::Embedded))
 }
 
@@ -68,6 +71,7 @@ pub fn for_attach() -> Result<(PathBuf, Vec<u8>), Error> {
             let bytes = fs::read(&path).map_err(|source| Error::Read { path: path.clone(), source })?;
             Ok((path, bytes))
         }
+        None if EMBEDDED.is_empty() => Err(Error::RuntimeNotCarried),
         // Copied: the ELF reader wants its data aligned as a heap block is, not as a static.
         None => Ok((PathBuf::from("libuprobe.so (carried inside uprobe-run)"), EMBEDDED.to_vec())),
     }

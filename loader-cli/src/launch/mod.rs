@@ -30,7 +30,7 @@ use exec::Launch;
 /// Starts the program that `plan` names; returns only with the reason it could not.
 pub fn run(plan: plan::Launch) -> Result<Infallible, Error> {
     let mut spec = event_spec(&plan.events)?;
-    spec.aggregate = plan.aggregation.spec();
+    spec.aggregate = plan.aggregation.clone();
     // The feed's socket pair: its number is in the specification the program reads.
     let serve = match plan.serve {
         Some(serve) => {
@@ -148,7 +148,7 @@ pub fn event_spec(events: &Events) -> Result<Spec, Error> {
         events: events.definitions.clone(),
         event_files: events.files.iter().map(|f| spec::spec_text(f)).collect::<Result<_, _>>()?,
         filters: events.filters.iter().map(plan::filter::Compiled::spec_entry).collect(),
-        format: events.format.map(|format| format.name().to_owned()),
+        format: events.format,
         buffer_size: events.buffer_size,
         triggers: events.triggers.clone(),
         max_events: events.max_events,

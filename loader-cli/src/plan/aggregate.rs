@@ -3,103 +3,64 @@
 //! runtime in the run spec. What they name (events, arguments, functions) is the
 //! runtime's to check, against the definitions it resolves, before the program starts.
 
-use std::time::Duration;
-
-use uprobe_contracts::spec;
+use uprobe_contracts::spec::Aggregate;
 
 use crate::args::{Cli, Format};
 use crate::base::error::Error;
 
-/// What a run aggregates; all empty when it streams records instead.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Aggregation {
-    pub count: bool,
-    /// `--by KEY[,KEY...]`: the keys, in order (the runtime checks them against the events).
-    pub by: Option<Vec<String>>,
-    pub top: Option<u64>,
-    /// `--hist EVENT.ARG`.
-    pub hists: Vec<String>,
-    /// `--lhist EVENT.ARG,MIN,MAX,STEP`.
-    pub lhists: Vec<String>,
-    /// `--latency WHERE`.
-    pub latency: Vec<String>,
-    pub interval: Option<Duration>,
-    pub cumulative: bool,
-}
+/// The aggregation options of `cli` as the run spec carries them (all empty when the run
+/// streams records instead: [`Aggregate::any`] is false), or the one line refusing them.
+pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
+    let aggregating = cli.count || !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
+    let needs = |set: bool, option: &'static str, reason: &'static str| match set {
+        true => Err(Error::Aggregate { option, reason }),
+        false => Ok(()),
+    };
+    needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
+    needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
+    needs(
+        cli.cumulative && cli.interval.is_none(),
+        "--cumulative",
+        "applies to interval reports: it needs --interval",
+    )?;
+    needs(
+        cli.interval.is_some() && !aggregating,
+        "--interval",
+        "needs a report: --count, --hist, --lhist or --latency",
+    )?;
+    let no_events = cli.events.is_empty() && cli.event_files.is_empty();
+    needs(cli.count && no_events, "--count", "no events to count (define them with -e or --events)")?;
+    let histograms = !cli.hists.is_empty() || !cli.lhists.is_empty();
+    needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
+    needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
 
-impl Aggregation {
-    /// The aggregation options of `cli`, or the one line refusing them.
-    pub fn new(cli: &Cli) -> Result<Aggregation, Error> {
-        let aggregating = cli.count || !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
-        let needs = |set: bool, option: &'static str, reason: &'static str| match set {
-            true => Err(Error::Aggregate { option, reason }),
-            false => Ok(()),
-        };
-        needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
-        needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
-        needs(
-            cli.cumulative && cli.interval.is_none(),
-            "--cumulative",
-            "applies to interval reports: it needs --interval",
-        )?;
-        needs(
-            cli.interval.is_some() && !aggregating,
-            "--interval",
-            "needs a report: --count, --hist, --lhist or --latency",
-        )?;
-        let no_events = cli.events.is_empty() && cli.event_files.is_empty();
-        needs(cli.count && no_events, "--count", "no events to count (define them with -e or --events)")?;
-        let histograms = !cli.hists.is_empty() || !cli.lhists.is_empty();
-        needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
-        needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
-
-        let one_line = |option: &'static str, texts: &[String]| match texts.iter().find(|t| t.contains('\n')) {
-            Some(text) => Err(Error::AggregateValue { option, value: text.clone(), reason: "contains a newline" }),
-            None => Ok(texts.to_vec()),
-        };
-        let by = cli.by.as_ref().map(|keys| one_line("--by", std::slice::from_ref(keys))).transpose()?;
-        let by = by.map(|keys| keys.concat().split(',').map(str::to_owned).collect());
-        Ok(Aggregation {
-            count: cli.count,
-            by,
-            top: cli.top,
-            hists: one_line("--hist", &cli.hists)?,
-            lhists: one_line("--lhist", &cli.lhists)?,
-            latency: one_line("--latency", &cli.latency)?,
-            interval: cli.interval.map(Duration::from_nanos),
-            cumulative: cli.cumulative,
-        })
-    }
-
-    /// Whether the run aggregates (and keeps no records).
-    pub fn is_empty(&self) -> bool {
-        *self == Aggregation::default()
-    }
-
-    /// What the run spec carries of it.
-    pub fn spec(&self) -> spec::Aggregate {
-        spec::Aggregate {
-            count: self.count,
-            by: self.by.as_ref().map(|keys| keys.join(",")),
-            top: self.top.map(|n| n as usize),
-            hists: self.hists.clone(),
-            lhists: self.lhists.clone(),
-            latency: self.latency.clone(),
-            interval_ns: self.interval.map(|i| i.as_nanos() as u64),
-            cumulative: self.cumulative,
-            feed: None,
-        }
-    }
+    let one_line = |option: &'static str, texts: &[String]| match texts.iter().find(|t| t.contains('\n')) {
+        Some(text) => Err(Error::AggregateValue { option, value: text.clone(), reason: "contains a newline" }),
+        None => Ok(texts.to_vec()),
+    };
+    let by = cli.by.as_ref().map(|keys| one_line("--by", std::slice::from_ref(keys))).transpose()?;
+    Ok(Aggregate {
+        count: cli.count,
+        by: by.map(|keys| keys.concat()),
+        top: cli.top.map(|n| n as usize),
+        hists: one_line("--hist", &cli.hists)?,
+        lhists: one_line("--lhist", &cli.lhists)?,
+        latency: one_line("--latency", &cli.latency)?,
+        interval_ns: cli.interval,
+        cumulative: cli.cumulative,
+        // The socket's number is known when the launch or attach makes it (`--serve`).
+        feed: None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn spec_of(args: &[&str]) -> Result<spec::Aggregate, String> {
+    fn spec_of(args: &[&str]) -> Result<Aggregate, String> {
         let cli = Cli::parse_from_args(std::iter::once("uprobe-run").chain(args.iter().copied()).chain(["./t"]))
             .map_err(|e| e.to_string())?;
-        Aggregation::new(&cli).map(|a| a.spec()).map_err(|e| e.to_string())
+        aggregation(&cli).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -107,18 +68,18 @@ mod tests {
         let r =
             spec_of(&["-e", "p t:f a=%di", "--count", "--by", "a", "--top", "3", "--hist", "f.a", "--interval", "1"])
                 .unwrap();
-        let expected = spec::Aggregate {
+        let expected = Aggregate {
             count: true,
             by: Some("a".into()),
             top: Some(3),
             hists: vec!["f.a".into()],
             interval_ns: Some(1_000_000_000),
-            ..spec::Aggregate::default()
+            ..Aggregate::default()
         };
         assert_eq!(r, expected);
         assert_eq!(
             spec_of(&["--latency", "t:f"]).unwrap(),
-            spec::Aggregate { latency: vec!["t:f".into()], ..spec::Aggregate::default() }
+            Aggregate { latency: vec!["t:f".into()], ..Aggregate::default() }
         );
         assert!(!spec_of(&[]).unwrap().any());
     }

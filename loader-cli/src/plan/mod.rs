@@ -28,7 +28,7 @@ use crate::args::{config, Cli};
 use crate::base::error::Error;
 use crate::base::program::resolve_program;
 use crate::base::spec;
-use aggregate::Aggregation;
+use uprobe_contracts::spec::Aggregate;
 
 /// One run of uprobe-run.
 #[derive(Debug)]
@@ -155,7 +155,7 @@ pub struct Launch {
     pub program: OsString,
     pub args: Vec<OsString>,
     pub events: Events,
-    pub aggregation: Aggregation,
+    pub aggregation: Aggregate,
     pub serve: Option<Serve>,
 }
 
@@ -234,7 +234,7 @@ pub struct Attach {
     /// `--duration`: detach after this long.
     pub duration: Option<Duration>,
     pub events: Events,
-    pub aggregation: Aggregation,
+    pub aggregation: Aggregate,
     pub serve: Option<Serve>,
     /// `-l [PATTERN] --pid PID`: list what the process has mapped (the pattern, or empty).
     pub list: Option<String>,
@@ -254,8 +254,8 @@ impl Plan {
             None => config::Config::default(),
         };
         let switches = Switches::of(&cli, &config.options);
-        let aggregation = Aggregation::new(&cli)?;
-        check_serve(&cli, !aggregation.is_empty())?;
+        let aggregation = aggregate::aggregation(&cli)?;
+        check_serve(&cli, aggregation.any())?;
         let mut params = Vec::new();
         for text in config.params.iter().chain(&cli.params) {
             params.push(Param::parse(text).map_err(|reason| Error::Param { param: text.clone(), reason })?);
@@ -316,7 +316,7 @@ fn listed_pid(cli: &mut Cli) -> Option<i32> {
 
 /// `--pid`: every option of a launch, but those that apply to a program uprobe-run starts
 /// (refused, named); with `-l`, the pattern.
-fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: Aggregation) -> Result<Attach, Error> {
+fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: Aggregate) -> Result<Attach, Error> {
     let duration = match cli.duration {
         Some(d) if !(d >= 0.0 && d.is_finite()) => return Err(Error::BadDuration(d)),
         d => d.map(Duration::from_secs_f64),
@@ -351,7 +351,7 @@ fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: Aggregation) -> Result<
 }
 
 /// The event options of a launch, checked.
-fn events(cli: &Cli, aggregation: &Aggregation) -> Result<Events, Error> {
+fn events(cli: &Cli, aggregation: &Aggregate) -> Result<Events, Error> {
     let (mut definitions, mut event_files) = (cli.events.clone(), cli.event_files.clone());
     usdt::inline_files(&mut definitions, &mut event_files)?;
     if definitions.iter().any(|t| usdt::names_a_marker(t)) {
@@ -379,7 +379,7 @@ fn events(cli: &Cli, aggregation: &Aggregation) -> Result<Events, Error> {
             )));
         }
     }
-    if cli.max_events.is_some() && !aggregation.is_empty() {
+    if cli.max_events.is_some() && aggregation.any() {
         return Err(Error::Aggregate {
             option: "--max-events",
             reason: "limits the records of a stream: aggregations keep no records",

@@ -11,7 +11,7 @@ use thiserror::Error;
 mod encode;
 mod options;
 pub use encode::encode;
-use encode::{check, END, FORMATS};
+use encode::{check, END};
 
 /// The environment variable that carries the spec of a launch.
 pub const ENV_SPEC: &str = "UPROBE_RUN_SPEC";
@@ -39,13 +39,45 @@ pub struct Spec {
     /// `trigger<TAB>EVENT:enable=E,disable=F`: hits of EVENT switch other events on or off.
     pub triggers: Vec<String>,
     /// `format<TAB>text|json|chrome`: how events are written.
-    pub format: Option<String>,
+    pub format: Option<Format>,
     /// `buffer-size<TAB>BYTES`: each thread's event buffer.
     pub buffer_size: Option<usize>,
     /// `list<TAB>PATTERN`: list the functions that can be probed and end (PATTERN may be empty).
     pub list: Option<String>,
     /// What to aggregate instead of streaming events.
     pub aggregate: Aggregate,
+}
+
+/// How events (and aggregation reports) are written: the `format` record's value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Format {
+    /// `text`: as the kernel's trace shows them.
+    #[default]
+    Text = 0,
+    /// `json`: one object a line.
+    Json = 1,
+    /// `chrome`: the Trace Event Format (Perfetto, chrome://tracing).
+    Chrome = 2,
+}
+
+impl Format {
+    /// Every format, in the order of their numbers.
+    pub const ALL: [Format; 3] = [Format::Text, Format::Json, Format::Chrome];
+
+    /// Its name in a `format` record and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Chrome => "chrome",
+        }
+    }
+
+    /// The format `name` names, if it names one (exactly: no blanks, lower case).
+    pub fn from_name(name: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.name() == name)
+    }
 }
 
 /// Aggregation records: events counted, histograms and latencies kept instead of a stream.
@@ -171,8 +203,7 @@ pub fn decode(text: &str) -> Result<Spec, SpecError> {
             }
             "max-events" => spec.max_events = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
             "trigger" => spec.triggers.push(value.into()),
-            "format" if FORMATS.contains(&value) => spec.format = Some(value.into()),
-            "format" => return Err(SpecError::BadValue(line.into())),
+            "format" => spec.format = Some(Format::from_name(value).ok_or_else(|| SpecError::BadValue(line.into()))?),
             "buffer-size" => spec.buffer_size = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?),
             "list" => spec.list = Some(value.into()),
             "count" => spec.aggregate.count = true,
@@ -255,13 +286,29 @@ mod tests {
         .unwrap();
         assert_eq!(s.events, ["p:a/b t:add a=%di\tx"]);
         assert_eq!(s.event_files, ["/e.txt"]);
-        assert_eq!((s.format.as_deref(), s.buffer_size, s.list.as_deref()), (Some("json"), Some(4096), Some("")));
+        assert_eq!((s.format, s.buffer_size, s.list.as_deref()), (Some(Format::Json), Some(4096), Some("")));
         assert!(s.options.lenient);
         assert_eq!(parse("format\txml"), Err(SpecError::BadValue("format\txml".into())));
         let s = parse("filter\t1\tn,a0,gt,u,3 not,0\nmax-events\t10\ntrigger\ta:enable=b\n").unwrap();
         assert_eq!(s.filters, [(1, "n,a0,gt,u,3 not,0".to_string())]);
         assert_eq!((s.max_events, s.triggers.as_slice()), (Some(10), &["a:enable=b".to_string()][..]));
         assert!(parse("filter\tx\tn").is_err() && parse("filter\t1").is_err());
+    }
+
+    #[test]
+    fn formats_are_written_by_name_and_read_back() {
+        assert_eq!(Format::ALL.map(Format::name), ["text", "json", "chrome"]);
+        for format in Format::ALL {
+            let spec = Spec { format: Some(format), ..Spec::default() };
+            let text = encode(&spec).unwrap();
+            assert!(text.starts_with(&format!("format\t{}\n", format.name())), "{text:?}");
+            assert_eq!(decode(&text), Ok(spec));
+            assert_eq!(Format::from_name(format.name()), Some(format));
+        }
+        for bad in ["xml", "JSON", " json", "json ", "", "text\tjson"] {
+            let record = format!("format\t{bad}");
+            assert_eq!(parse(&record), Err(SpecError::BadValue(record.clone())), "{bad:?}");
+        }
     }
 
     #[test]

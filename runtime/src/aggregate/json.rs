@@ -50,7 +50,7 @@ pub fn write(
         out.push_str(",\"group\":");
         json_string(out, events[i].group.as_bytes());
     };
-    if plans.request.count {
+    if plans.request.asked.count {
         let by = plans.by.as_ref().map(|b| b.name.clone());
         for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
             if names.skipped(i) {
@@ -194,6 +194,7 @@ mod tests {
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_lhist, Request};
     use crate::aggregate::tables::PlainNames as Fake;
+    use crate::base::spec::Aggregate;
     use crate::trace::fetch::{parse, Site};
 
     #[test]
@@ -201,11 +202,9 @@ mod tests {
         let args = vec![parse("flags=%di:x8", 1, Site::Entry).unwrap()];
         let info = [EventInfo::entry("f", &args), EventInfo::timed_return("w__return")];
         let request = Request {
-            count: true,
-            by: Some("flags".into()),
+            asked: Aggregate { count: true, by: Some("flags".into()), ..Aggregate::default() },
             hists: vec![parse_lhist("f.flags,0,20,10").unwrap()],
             json: true,
-            ..Request::default()
         };
         let plans = build(&info, &request).unwrap();
         let snap = Snapshot {

@@ -247,11 +247,11 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             });
         }
     }
-    let mut by = match &request.by {
+    let mut by = match &request.asked.by {
         Some(k) => Some(parse_by(k)?),
         None => None,
     };
-    if let (true, Some(b)) = (request.count, by.as_mut()) {
+    if let (true, Some(b)) = (request.asked.count, by.as_mut()) {
         'events: for &i in &counted {
             let e = &events[i];
             let mut parts = Vec::new();
@@ -296,7 +296,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             return Err(PlanError::NoKey { key, event: events[first].name.to_string() });
         }
     }
-    if !request.count {
+    if !request.asked.count {
         if let Some(&i) = counted.iter().find(|&&i| plans[i].hists.is_empty()) {
             let e = &events[i];
             return Err(PlanError::Unused { event: e.name.to_string(), definition: e.definition.to_string() });
@@ -396,6 +396,7 @@ pub fn get(index: u32) -> Option<(&'static Plans, &'static EventPlan)> {
 mod tests {
     use super::*;
     use crate::aggregate::request::{parse_hist, parse_lhist};
+    use crate::base::spec::Aggregate;
     use crate::trace::fetch::{parse, Site};
 
     fn args(list: &[&str]) -> Vec<FetchArg> {
@@ -416,8 +417,8 @@ mod tests {
         let none: Vec<FetchArg> = Vec::new();
         let events = [info("malloc", &a, false), info("free", &none, false), info("work__return", &none, true)];
         let mut r = request();
-        r.count = true;
-        r.by = Some("tid".into());
+        r.asked.count = true;
+        r.asked.by = Some("tid".into());
         r.hists = vec![parse_hist("malloc.size").unwrap(), parse_lhist("m*.size,0,100,10").unwrap()];
         let p = build(&events, &r).unwrap();
         assert_eq!(p.events[0].hists, [0, 1]);
@@ -432,27 +433,27 @@ mod tests {
         assert_eq!((l.key_words, l.slot_words), (1, 3));
         assert_eq!(l.words, l.keys + KEY_SLOTS * 3);
         assert_eq!(p.hists[1].name, "malloc.size");
-        r.by = Some("name".into());
+        r.asked.by = Some("name".into());
         r.hists.clear();
         let s = build(&events[..1], &r).unwrap();
         assert_eq!((&s.events[0].key, s.layout.key_words), (&Some(vec![KeyPart { key: Key::String(1), at: 0 }]), 8));
-        r.by = Some("caller, name,size".into());
+        r.asked.by = Some("caller, name,size".into());
         let m = build(&events[..1], &r).unwrap();
         let parts = [(Key::Caller, 0), (Key::String(1), 1), (Key::Arg(0), 9)].map(|(key, at)| KeyPart { key, at });
         assert_eq!((m.events[0].key.as_deref(), m.layout.key_words), (Some(&parts[..]), 10));
         assert_eq!(m.by.as_ref().unwrap().parts, ["caller", "name", "size"]);
-        r.by = Some("name,comm,tid".into());
+        r.asked.by = Some("name,comm,tid".into());
         let c = build(&events, &r).unwrap();
         assert!(c.by.as_ref().unwrap().comm);
         assert_eq!(c.events[1].key, None, "free has no name: counted as a whole");
-        r.by = Some("name,name".into());
+        r.asked.by = Some("name,name".into());
         assert_eq!(
             build(&events, &r).unwrap_err().to_string(),
             "--by 'name,name': expected each part once (name is twice)"
         );
-        r.by = Some("name,".into());
+        r.asked.by = Some("name,".into());
         assert!(build(&events, &r).unwrap_err().to_string().starts_with("--by 'name,': expected names separated"));
-        r.by = Some("name,name2,name3,name4,name5".into());
+        r.asked.by = Some("name,name2,name3,name4,name5".into());
         let five = args(&[
             "name=+0(%si):string",
             "name2=+0(%si):string",
@@ -471,7 +472,7 @@ mod tests {
     fn only_counted_events_are_simple() {
         let none: Vec<FetchArg> = Vec::new();
         let mut r = request();
-        r.count = true;
+        r.asked.count = true;
         let p = build(&[info("f", &none, false)], &r).unwrap();
         assert!(p.events[0].simple);
         assert_eq!(p.layout.words, p.layout.keys, "no key table without --by");
@@ -493,10 +494,10 @@ mod tests {
         r.hists.clear();
         let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
         assert!(e.to_string().starts_with("event malloc ('p x:f') is neither counted nor in a histogram"), "{e}");
-        r.count = true;
-        r.by = Some("v".into());
+        r.asked.count = true;
+        r.asked.by = Some("v".into());
         assert!(matches!(build(&[info("malloc", &a, false)], &r), Err(PlanError::ArrayKey { .. })));
-        r.by = Some("zz".into());
+        r.asked.by = Some("zz".into());
         let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -505,7 +506,7 @@ mod tests {
         let none: Vec<FetchArg> = Vec::new();
         let two = build(
             &[info("malloc", &a, false), info("free", &none, false)],
-            &Request { by: Some("size".into()), ..r.clone() },
+            &Request { asked: Aggregate { by: Some("size".into()), ..r.asked.clone() }, ..r.clone() },
         )
         .unwrap();
         assert_eq!(
@@ -513,7 +514,7 @@ mod tests {
             (&Some(vec![KeyPart { key: Key::Arg(0), at: 0 }]), &None),
             "free is counted as a whole"
         );
-        r.by = Some("caller".into());
+        r.asked.by = Some("caller".into());
         let mid = EventInfo { at_entry: false, ..info("mid", &a, false) };
         assert!(matches!(build(&[mid], &r), Err(PlanError::CallerUnknown { .. })));
         let timed = EventInfo { definition: "r:latency/ t:f x=%ax", ..info("f__return", &a, true) };

@@ -83,7 +83,7 @@ pub fn start(followed_exec: bool) {
         r.title = Some(format!("pid {} ({program}):\n", sys::getpid()));
     }
     *STATE.lock() = Some(r);
-    if let Some(period) = plan::plans().and_then(|p| p.request.interval_ns) {
+    if let Some(period) = plan::plans().and_then(|p| p.request.asked.interval_ns) {
         spawn(period);
     }
 }
@@ -221,8 +221,8 @@ fn report(end: bool) {
         None => (fresh.insert(Reporter::new(clock::monotonic_ns())), false),
     };
     calibrate();
-    let intervals = plans.request.interval_ns.is_some() && known;
-    let cumulative = plans.request.cumulative;
+    let intervals = plans.request.asked.interval_ns.is_some() && known;
+    let cumulative = plans.request.asked.cumulative;
     let now_ns = clock::monotonic_ns();
     let now = merge::take(plans);
     // Turn the interval over at once (the calls that return in between are counted in the

@@ -8,16 +8,13 @@ use crate::aggregate::buckets::{Scale, MAX_LINEAR_BUCKETS};
 use crate::base::spec::Aggregate;
 use crate::probe::stacks::MAX_DEPTH;
 
+/// The spec's aggregation records as they were asked, and what the runtime reads out of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
-    pub count: bool,
-    pub by: Option<String>,
-    pub top: Option<usize>,
+    /// The records (`--count`, `--by`, `--top`, `--latency`, `--interval`, ...), as given.
+    pub asked: Aggregate,
+    /// Its `hists` and `lhists`, parsed, in that order.
     pub hists: Vec<HistRequest>,
-    /// `--latency` places, as written.
-    pub latency: Vec<String>,
-    pub interval_ns: Option<u64>,
-    pub cumulative: bool,
     /// Reports as JSON lines (`--format json`), else text.
     pub json: bool,
 }
@@ -52,16 +49,7 @@ impl Request {
         for text in &spec.lhists {
             hists.push(parse_lhist(text)?);
         }
-        Ok(Request {
-            count: spec.count,
-            by: spec.by.clone(),
-            top: spec.top,
-            hists,
-            latency: spec.latency.clone(),
-            interval_ns: spec.interval_ns,
-            cumulative: spec.cumulative,
-            json,
-        })
+        Ok(Request { asked: spec.clone(), hists, json })
     }
 }
 
@@ -179,7 +167,8 @@ mod tests {
         };
         let r = Request::parse(&spec, true).unwrap();
         assert_eq!(r.hists.len(), 2);
-        assert_eq!((r.count, r.json, r.interval_ns), (true, true, Some(7)));
+        assert_eq!((r.asked.count, r.json, r.asked.interval_ns), (true, true, Some(7)));
+        assert_eq!(r.asked, spec);
         let bad = Aggregate { hists: vec!["nodot".into()], ..Aggregate::default() };
         assert!(Request::parse(&bad, false).is_err());
     }

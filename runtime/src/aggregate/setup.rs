@@ -36,6 +36,7 @@ impl Frontend for Aggregator {
     fn added(&self) -> Vec<Added> {
         let head = format!("r:{LATENCY_GROUP}/ ");
         self.request
+            .asked
             .latency
             .iter()
             .map(|place| Added {
@@ -79,7 +80,7 @@ impl Frontend for Aggregator {
             )
         })?;
         hit::init_unblocked(events.len());
-        hit::INTERVALS.store(plans.request.interval_ns.is_some(), Ordering::Relaxed);
+        hit::INTERVALS.store(plans.request.asked.interval_ns.is_some(), Ordering::Relaxed);
         if !plans.latencies.is_empty() {
             report::calibrate_start(CALIBRATION_NS);
         }

@@ -156,7 +156,7 @@ pub fn counts(plans: &Plans, snap: &Snapshot, all: bool) -> (Vec<(usize, u64)>, 
         .map(|i| (i, snap.counts[i]))
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    top(rows, plans.request.top, |r| r.1)
+    top(rows, plans.request.asked.top, |r| r.1)
 }
 
 /// Whether text reports show event `i`, with `n` to show: events of a glob only when they
@@ -202,7 +202,7 @@ pub fn keyed(plans: &Plans, snap: &Snapshot, events: &[EventView], event: usize,
     // Stable: equal counts stay in the keys' order.
     rows.sort_by_key(|r| core::cmp::Reverse(r.count));
     let keys = rows.len();
-    let (rows, rest) = top(rows, plans.request.top, |r| r.count);
+    let (rows, rest) = top(rows, plans.request.asked.top, |r| r.count);
     Keyed {
         event,
         total: snap.counts[event],
@@ -374,6 +374,7 @@ mod tests {
     use super::*;
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::Request;
+    use crate::base::spec::Aggregate;
     use crate::trace::fetch::{parse, Site};
 
     struct Fake;
@@ -399,7 +400,10 @@ mod tests {
     }
 
     fn request(by: &str, top: Option<usize>) -> Request {
-        Request { count: true, by: Some(by.into()), top, ..Request::default() }
+        Request {
+            asked: Aggregate { count: true, by: Some(by.into()), top, ..Aggregate::default() },
+            ..Request::default()
+        }
     }
 
     fn key(event: usize, w: u64) -> KeyId {

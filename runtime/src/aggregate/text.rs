@@ -41,7 +41,7 @@ pub fn write(
         let seconds = |ns: u64| format!("{}.{:03}", ns / 1_000_000_000, ns % 1_000_000_000 / 1_000_000);
         let _ = writeln!(out, "interval {}{cumulative}: {}-{} s{end}", i.index, seconds(i.from_ns), seconds(i.to_ns));
     }
-    if plans.request.count {
+    if plans.request.asked.count {
         for (i, p) in plans.events.iter().enumerate() {
             if p.key.is_some() && names.skipped(i) {
                 let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
@@ -270,12 +270,14 @@ mod tests {
     use crate::aggregate::request::{parse_hist, Request};
     use crate::aggregate::tables::Interval;
     use crate::aggregate::tables::PlainNames as Fake;
+    use crate::base::spec::Aggregate;
     use crate::trace::fetch::{parse, Site};
 
     #[test]
     fn stacks_print_as_bpftrace_prints_them_with_other_parts_beside() {
         let info = [EventInfo::entry("leaf", &[])];
-        let request = Request { count: true, by: Some("tid,ustack:4".into()), ..Request::default() };
+        let asked = Aggregate { count: true, by: Some("tid,ustack:4".into()), ..Aggregate::default() };
+        let request = Request { asked, ..Request::default() };
         let plans = build(&info, &request).unwrap();
         let (one, two) = (0x51, 0x53);
         let snap = Snapshot {
@@ -308,9 +310,8 @@ mod tests {
         let info =
             [EventInfo::entry("malloc", &args), EventInfo::entry("free", &[]), EventInfo::timed_return("work__return")];
         let request = Request {
-            count: true,
+            asked: Aggregate { count: true, interval_ns: Some(1), ..Aggregate::default() },
             hists: vec![parse_hist("malloc.size").unwrap()],
-            interval_ns: Some(1),
             ..Request::default()
         };
         let plans = build(&info, &request).unwrap();
@@ -376,7 +377,7 @@ mod tests {
                 ..EventInfo::entry(n, &[])
             })
             .collect();
-        let request = Request { count: true, ..Request::default() };
+        let request = Request { asked: Aggregate { count: true, ..Aggregate::default() }, ..Request::default() };
         let plans = build(&info, &request).unwrap();
         let snap =
             Snapshot { counts: vec![0, 4, 0, 0], dropped: vec![0; 4], unblocked: vec![0; 4], ..Snapshot::default() };

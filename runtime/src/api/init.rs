@@ -207,11 +207,7 @@ fn start(spec: &Spec) {
 /// What `spec` asks of events (the stream or the aggregations), and their format; the
 /// runtime's own lines set to keep that format readable.
 pub fn settings(spec: &Spec) -> (Settings, Format) {
-    let format = match spec.format.as_deref() {
-        Some("json") => Format::Json,
-        Some("chrome") => Format::Chrome,
-        _ => Format::Text,
-    };
+    let format = spec.format.unwrap_or_default();
     // The runtime's own lines keep a machine-readable output readable.
     match format {
         Format::Json => output::set_messages(output::Messages::Json),

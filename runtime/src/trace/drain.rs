@@ -32,13 +32,8 @@ const PREFAULT: usize = 1 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u8)]
-pub enum Format {
-    Text = 0,
-    Json = 1,
-    Chrome = 2,
-}
+/// How records are written: the run spec's `format`, kept in `FORMAT` as its number.
+pub use crate::base::spec::Format;
 
 static FORMAT: AtomicU8 = AtomicU8::new(0);
 /// The stream (an attach session's is a stream of its own): a drain thread ends with its

@@ -47,11 +47,8 @@ pub fn encode(spec: &Spec) -> Result<String, SpecError> {
     for (n, program) in &spec.filters {
         record("filter", &format!("{n}\t{program}"))?;
     }
-    if let Some(format) = &spec.format {
-        if !FORMATS.contains(&format.as_str()) {
-            return Err(SpecError::Unencodable { key: "format", value: format.clone() });
-        }
-        record("format", format)?;
+    if let Some(format) = spec.format {
+        record("format", format.name())?;
     }
     if let Some(size) = spec.buffer_size {
         record("buffer-size", &size.to_string())?;
@@ -100,6 +97,3 @@ pub fn encode(spec: &Spec) -> Result<String, SpecError> {
     text.push_str(&format!("{END}{sum:016x}"));
     Ok(text)
 }
-
-/// The formats a `format` record may name.
-pub(super) const FORMATS: [&str; 3] = ["text", "json", "chrome"];
