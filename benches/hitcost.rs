@@ -15,7 +15,9 @@
 //!                 event) and/or `aggregate` (uprobe-run --count and --latency against the
 //!                 counting handler, an entry+return probe with empty handlers and kernel
 //!                 uprobes) and/or `fork` (what a forked child's life costs with the runtime:
-//!                 fork, _exit, waitpid); the baseline rows always run
+//!                 fork, _exit, waitpid) and/or `stacks` (a stack of depth 8 and 30 as a key:
+//!                 uprobe-run --count --by ustack against --count, perf record --call-graph
+//!                 dwarf and bpftrace's @[ustack]); the baseline rows always run
 
 use std::fs;
 use std::str::FromStr;
@@ -476,6 +478,98 @@ fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
     }
 }
 
+/// One stack row: its label and, per depth of [`stacks::DEPTHS`], CPU ns per hit over the
+/// plain call through the same chain (median) and what the tool said of its stacks.
+type StackRow = (String, Vec<Result<(f64, Option<String>), String>>);
+
+/// The stack rows, for each depth: `--count`, `--count --by ustack`, perf and bpftrace.
+fn measure_stacks(engines: &Engines, settings: &Settings) -> Vec<StackRow> {
+    use uprobe_bench::engines::stacks::{self, StackRun};
+    let (fixture, scratch) = (&engines.fixture, &engines.scratch);
+    let median = |f: &dyn Fn() -> Result<StackRun, Failure>| -> Result<(f64, Option<String>), String> {
+        let mut samples = Vec::new();
+        let mut note = None;
+        for _ in 0..settings.runs {
+            let run = f().map_err(|e| e.reason().to_string())?;
+            samples.push(run.cpu_ns_per_call);
+            note = run.note;
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok((samples[samples.len() / 2], note))
+    };
+    let labels = [
+        "uprobe-run --count (jump probe)",
+        "uprobe-run --count --by ustack (jump probe)",
+        "kernel uprobe, perf record --call-graph dwarf",
+        "kernel uprobe, bpftrace @[ustack] = count()",
+    ];
+    let mut rows: Vec<StackRow> = labels.iter().map(|l| (l.to_string(), Vec::new())).collect();
+    for depth in stacks::DEPTHS {
+        let chain = match &engines.uprobe_run {
+            Ok(u) => stacks::chain_for(u, fixture, depth, scratch).map_err(|e| e.reason().to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        let chain = match chain {
+            Ok(c) => c,
+            Err(e) => {
+                rows.iter_mut().for_each(|r| r.1.push(Err(e.clone())));
+                continue;
+            }
+        };
+        eprintln!("hitcost: stacks of depth {depth}: {chain} chain functions");
+        let base = median(&|| stacks::run_plain(fixture, 2_000_000, chain, scratch));
+        let ours = |f: &dyn Fn(&UprobeRun) -> Result<StackRun, Failure>| match &engines.uprobe_run {
+            Ok(u) => median(&|| f(u)),
+            Err(e) => Err(e.clone()),
+        };
+        let results = [
+            ours(&|u| stacks::run_count(u, fixture, 1_000_000, chain, scratch)),
+            ours(&|u| stacks::run_ustack(u, fixture, 1_000_000, chain, depth, scratch)),
+            median(&|| stacks::run_perf(fixture, 5_000, chain, scratch)),
+            median(&|| stacks::run_bpftrace(fixture, 100_000, chain, scratch)),
+        ];
+        for (row, r) in rows.iter_mut().zip(results) {
+            let over = match (&base, r) {
+                (Ok(b), Ok((v, note))) => Ok((v - b.0, note)),
+                (Err(e), _) => Err(e.clone()),
+                (_, Err(e)) => Err(e),
+            };
+            if let Err(e) = &over {
+                eprintln!("hitcost: {} at depth {depth}: {e}", row.0);
+            }
+            row.1.push(over);
+        }
+    }
+    rows
+}
+
+fn print_stacks(rows: &[StackRow], runs: usize) {
+    use uprobe_bench::engines::stacks::DEPTHS;
+    println!(
+        "\nStacks on f_push under a chain of calls built -fomit-frame-pointer\n\
+         (CPU ns/hit of the looping thread over the plain call through the same chain, median of {runs})"
+    );
+    let header: String = DEPTHS.iter().map(|d| format!("{:>12}", format!("depth {d}"))).collect();
+    println!("  {:<48}{header}", "");
+    for (label, cells) in rows {
+        let shown: String = cells
+            .iter()
+            .map(|c| match c {
+                Ok((ns, _)) => format!("{:>12}", fmt_ns(*ns)),
+                Err(_) => format!("{:>12}", "n/a"),
+            })
+            .collect();
+        println!("  {label:<48}{shown}");
+        for (depth, cell) in DEPTHS.iter().zip(cells) {
+            match cell {
+                Ok((_, Some(note))) => println!("      depth {depth}: {note}"),
+                Err(e) => println!("      depth {depth}: unavailable: {e}"),
+                Ok((_, None)) => {}
+            }
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs bench targets without it,
     // and a test run is no place for minutes of measurements.
@@ -512,6 +606,7 @@ fn main() {
     }
     let aggregate_rows = if settings.wanted("aggregate") { measure_aggregate(&engines, &settings) } else { Vec::new() };
     let fork_rows = if settings.wanted("fork") { measure_forks(&engines, &settings) } else { Vec::new() };
+    let stack_rows = if settings.wanted("stacks") { measure_stacks(&engines, &settings) } else { Vec::new() };
 
     let report_fixture = engines.fixture.clone();
     let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup, attach };
@@ -525,6 +620,9 @@ fn main() {
     }
     if !fork_rows.is_empty() {
         print_forks(&fork_rows, settings.runs);
+    }
+    if !stack_rows.is_empty() {
+        print_stacks(&stack_rows, settings.runs);
     }
     let json_path = paths.target.join("hitcost.json");
     let svg_path = paths.target.join("hitcost.svg");

@@ -83,7 +83,7 @@ pub fn generated_functions_source(count: usize) -> String {
     src
 }
 
-/// Builds target/bench-fixtures/hitloop (PIE, -O2) and bench_handler.so. The fixture is
+/// Builds target/bench-fixtures/hitloop (PIE, -O2, no frame pointers) and bench_handler.so. The fixture is
 /// required; a handler that does not build only disables the uprobe-run rows.
 pub fn build(paths: &Paths) -> Result<Fixture, String> {
     let dir = &paths.fixtures;
@@ -96,7 +96,7 @@ pub fn build(paths: &Paths) -> Result<Fixture, String> {
     let program = dir.join("hitloop");
     gcc(
         &[&src.join("fixtures/hitloop.c"), &src.join("fixtures/funcs.S"), &generated, Path::new("-o"), &program],
-        &["-O2", "-g", "-fPIE", "-pie", "-rdynamic", "-pthread", "-Wall"],
+        &["-O2", "-fomit-frame-pointer", "-g", "-fPIE", "-pie", "-rdynamic", "-pthread", "-Wall"],
         "the fixture",
     )?;
     let program = program.canonicalize().map_err(|e| format!("{}: {e}", program.display()))?;

@@ -6,6 +6,7 @@ pub mod aggregate;
 pub mod kernel;
 pub mod plain;
 pub mod ptrace;
+pub mod stacks;
 pub mod trace;
 pub mod uprobe_run;
 

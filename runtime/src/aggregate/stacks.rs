@@ -10,6 +10,7 @@
 //! [`gather`] in reports.
 
 use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
 
 use crate::aggregate::blocks::Block;
 use crate::aggregate::plan::Layout;
@@ -22,9 +23,10 @@ pub use crate::aggregate::request::STACK_SLOTS;
 /// None when `b` has no room for a new stack (hit path).
 #[inline]
 pub fn key(b: Block, layout: &Layout, regs: &PtRegs, depth: usize) -> Option<u64> {
-    let mut frames = [0u64; MAX_DEPTH];
-    let n = stacks::walk(regs, &mut frames[..depth.min(MAX_DEPTH)]);
-    let frames = &frames[..n];
+    // Not zeroed first: only the frames written are read.
+    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    let frames = stacks::walk_into(regs, &mut frames[..depth.min(MAX_DEPTH)]);
+    let n = frames.len();
     let id = hash(frames);
     let mut slot = (id >> 32) as usize % STACK_SLOTS;
     // Bounded probing, as for keys.

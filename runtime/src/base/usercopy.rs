@@ -61,20 +61,21 @@ core::arch::global_asm!(
     ".globl uprobe_load_u64_user",
     ".hidden uprobe_load_u64_user",
     ".type uprobe_load_u64_user,@function",
-    // rdi = dst, rsi = src; rax = 0 when the word was read, 1 on a fault (one load: the
-    // stack walk's reads, where `rep movsb`'s start-up would cost more than the copy).
+    // rdi = src; rax = the word, rdx = 0 when it was read, 1 on a fault (one load, the
+    // result in registers: the stack walk's reads, where `rep movsb`'s start-up, or a store
+    // and its reload, would cost more than the copy).
     "uprobe_load_u64_user:",
+    "xor edx, edx",
     ".globl uprobe_load_u64_user_load",
     ".hidden uprobe_load_u64_user_load",
     "uprobe_load_u64_user_load:",
-    "mov rax, qword ptr [rsi]",
-    "mov qword ptr [rdi], rax",
-    "xor eax, eax",
+    "mov rax, qword ptr [rdi]",
     "ret",
     ".globl uprobe_load_u64_user_fixup",
     ".hidden uprobe_load_u64_user_fixup",
     "uprobe_load_u64_user_fixup:",
-    "mov eax, 1",
+    "xor eax, eax",
+    "mov edx, 1",
     "ret",
     ".size uprobe_load_u64_user, . - uprobe_load_u64_user",
     ".popsection",
@@ -87,7 +88,7 @@ extern "C" {
     fn uprobe_copy_user_fixup();
     fn uprobe_strncpy_user_load();
     fn uprobe_strncpy_user_fixup();
-    fn uprobe_load_u64_user(dst: *mut u64, src: usize) -> usize;
+    fn uprobe_load_u64_user(src: usize) -> Loaded;
     fn uprobe_load_u64_user_load();
     fn uprobe_load_u64_user_fixup();
 }
@@ -102,15 +103,23 @@ pub fn copy(dst: &mut [u8], src: usize) -> bool {
     unsafe { uprobe_copy_user(dst.as_mut_ptr(), src, dst.len()) == 0 }
 }
 
+/// What `uprobe_load_u64_user` gives back, in `rax` and `rdx`.
+#[repr(C)]
+struct Loaded {
+    word: u64,
+    failed: u64,
+}
+
 /// Reads the 8-byte word at `src`.
+#[inline]
 pub fn read_u64(src: usize) -> Option<u64> {
     if !(4096..=usize::MAX - 8).contains(&src) {
         return None;
     }
-    let mut word = 0u64;
-    // SAFETY: `word` is writable; a fault of the one load is caught by the SIGSEGV/SIGBUS
-    // handler, which resumes at the fixup.
-    (unsafe { uprobe_load_u64_user(&mut word, src) } == 0).then_some(word)
+    // SAFETY: reads only; a fault of the one load is caught by the SIGSEGV/SIGBUS handler,
+    // which resumes at the fixup.
+    let loaded = unsafe { uprobe_load_u64_user(src) };
+    (loaded.failed == 0).then_some(loaded.word)
 }
 
 /// Copies the NUL-terminated string at `src` into `dst` (without the NUL): its length, or

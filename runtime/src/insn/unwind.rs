@@ -16,7 +16,7 @@ use gimli::{
 use object::{Object, ObjectSection};
 
 /// How to find a frame's caller, for the addresses from one row's start to the next's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rule {
     /// CFA = `%rsp` (or `%rbp` when `rbp_based`) + `cfa`; return address at CFA + `ra`;
     /// the caller's `%rbp` at CFA + `rbp`, or unchanged when `rbp` is 0.
@@ -29,6 +29,8 @@ pub enum Rule {
     End,
     /// No rule that can be followed here (no FDE, or one this evaluator does not read).
     Unknown,
+    /// A module without call-frame information: the caller by the frame-pointer chain.
+    FramePointers,
 }
 
 /// A rule and the first link-time address it holds for.
@@ -65,6 +67,7 @@ const REG_RSP: u64 = 15;
 const REG_RIP: u64 = 16;
 
 /// The caller of the frame at `r` under `rule`; `read` gives the 8 bytes at an address.
+#[inline(always)]
 pub fn step(rule: Rule, r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -> Step {
     let (cfa, ra_at, rbp_at) = match rule {
         Rule::Cfa { rbp_based, cfa, ra, rbp } => {
@@ -84,6 +87,7 @@ pub fn step(rule: Rule, r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -> 
             };
             return Step::Caller { regs: Regs { rip, rsp, rbp }, slot: 0 };
         }
+        Rule::FramePointers => return frame_pointer_step(r, read),
         Rule::End | Rule::Unknown => return Step::End,
     };
     let Some(rip) = read(ra_at) else { return Step::Fault };
@@ -98,6 +102,7 @@ pub fn step(rule: Rule, r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -> 
 }
 
 /// The caller by the frame-pointer chain, for code without call-frame information.
+#[inline]
 pub fn frame_pointer_step(r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -> Step {
     if r.rbp < r.rsp || r.rbp & 7 != 0 {
         return Step::End;
@@ -110,14 +115,24 @@ pub fn frame_pointer_step(r: &Regs, read: &mut impl FnMut(u64) -> Option<u64>) -
 
 /// Rows laid out for lookups that touch few cache lines: the starts apart from the rules, as
 /// 32-bit offsets from the first, and per 4 KiB of code the first row that may hold it, so a
-/// lookup searches a handful of neighbouring starts instead of the whole table.
-#[derive(Debug, Default)]
+/// lookup searches a handful of neighbouring starts instead of the whole table. Each row
+/// names its rule by an index into the table's distinct rules ([`Table::rules`], `Unknown`
+/// first), which a caller can keep in one word beside an address.
+#[derive(Debug)]
 pub struct Table {
     base: u64,
     starts: Vec<u32>,
+    ids: Vec<u32>,
+    /// The distinct rules; index 0 is `Unknown`.
     rules: Vec<Rule>,
     /// Per page from `base`: the index of the row holding the page's first byte.
     pages: Vec<u32>,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table { base: 0, starts: Vec::new(), ids: Vec::new(), rules: vec![Rule::Unknown], pages: Vec::new() }
+    }
 }
 
 const PAGE_SHIFT: u32 = 12;
@@ -133,27 +148,48 @@ impl Table {
         let pages = (0..=(last >> PAGE_SHIFT))
             .map(|p| starts.partition_point(|&s| u64::from(s) <= p << PAGE_SHIFT).saturating_sub(1) as u32)
             .collect();
-        Table { base, starts, rules: rows.iter().map(|r| r.rule).collect(), pages }
+        let mut rules = vec![Rule::Unknown];
+        let mut known = std::collections::HashMap::from([(Rule::Unknown, 0u32)]);
+        let ids = rows
+            .iter()
+            .map(|r| {
+                *known.entry(r.rule).or_insert_with(|| {
+                    rules.push(r.rule);
+                    (rules.len() - 1) as u32
+                })
+            })
+            .collect();
+        Table { base, starts, ids, rules, pages }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.ids.is_empty()
+    }
+
+    /// The distinct rules of the table, `Unknown` first: what [`Table::id_at`] indexes.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
     }
 
     /// The rule for link-time address `pc` (hit path: no allocation).
     pub fn rule_at(&self, pc: u64) -> Rule {
-        let Some(off) = pc.checked_sub(self.base).filter(|&o| o <= u64::from(u32::MAX)) else { return Rule::Unknown };
+        self.rules[self.id_at(pc) as usize]
+    }
+
+    /// The index in [`Table::rules`] of the rule for link-time address `pc` (hit path).
+    pub fn id_at(&self, pc: u64) -> u32 {
+        let Some(off) = pc.checked_sub(self.base).filter(|&o| o <= u64::from(u32::MAX)) else { return 0 };
         let page = (off >> PAGE_SHIFT) as usize;
         let Some(&from) = self.pages.get(page) else {
-            return self.rules.last().copied().unwrap_or(Rule::Unknown);
+            return self.ids.last().copied().unwrap_or(0);
         };
         let to = self.pages.get(page + 1).map_or(self.starts.len(), |&t| t as usize + 1);
         let from = from as usize;
         let i = self.starts[from..to].partition_point(|&s| u64::from(s) <= off);
         if from + i == 0 {
-            Rule::Unknown
+            0
         } else {
-            self.rules[from + i - 1]
+            self.ids[from + i - 1]
         }
     }
 }
@@ -321,6 +357,10 @@ mod tests {
         for pc in (first.saturating_sub(64)..last + 64).step_by(7) {
             assert_eq!(table.rule_at(pc), rule_at(&rows, pc), "{pc:#x}");
         }
+        // Each distinct rule once, Unknown first.
+        let distinct: std::collections::HashSet<Rule> = rows.iter().map(|r| r.rule).collect();
+        assert_eq!(table.rules()[0], Rule::Unknown);
+        assert_eq!(table.rules().len(), distinct.len() + usize::from(!distinct.contains(&Rule::Unknown)));
     }
 
     #[test]

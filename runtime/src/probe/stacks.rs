@@ -4,7 +4,10 @@
 //! makes over them ([`walk`]).
 //!
 //! The walk starts from the hit's registers and follows one rule per frame
-//! (`insn::unwind`): no lock, no system call, no allocation; stack words are read with the
+//! (`insn::unwind`), found first in a direct-mapped cache of the addresses seen before (one
+//! word each: the address and the rule's index among the list's rules; a new list, made at
+//! each refresh, starts with an empty one), else in the module's table, whose answer is
+//! then kept there: no lock, no system call, no allocation; stack words are read with the
 //! fault-safe copy, so a corrupt stack ends with [`CORRUPT`] and never harms the program. A
 //! return address replaced by the return-probe trampoline is read back as the real one; a
 //! signal frame continues into the interrupted code. A module without call-frame information
@@ -15,7 +18,8 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use object::{Object, ObjectSegment};
@@ -23,7 +27,7 @@ use object::{Object, ObjectSegment};
 use crate::base::abi::PtRegs;
 use crate::base::maps::{self, Mapping};
 use crate::base::{elf, output, sys, usercopy};
-use crate::insn::unwind::{self, Regs, Step};
+use crate::insn::unwind::{self, Regs, Rule, Step};
 use crate::probe::{rcu, retprobe};
 
 /// The deepest stack a walk gives (`ustack:DEPTH`).
@@ -37,10 +41,71 @@ struct Range {
     end: usize,
     bias: usize,
     rows: Arc<unwind::Table>,
+    /// Where its table's rules start in the list's `rules`.
+    first_id: usize,
 }
 
 struct List {
     ranges: Vec<Range>,
+    /// The rules of every range's table, one table's after another; first
+    /// `Rule::FramePointers`, the rule of every address in a module without tables.
+    rules: Vec<Rule>,
+    /// [`CACHE_SLOTS`] words, each 0 or `pc << 16 | index in rules` for an address looked up.
+    cache: Box<[AtomicU64]>,
+}
+
+const CACHE_BITS: u32 = 12;
+const CACHE_SLOTS: usize = 1 << CACHE_BITS;
+/// Addresses a cache word can hold (below 2^48) and rule indices (below 2^16).
+const CACHE_PC_LIMIT: usize = 1 << 48;
+const CACHE_IDS: usize = 1 << 16;
+
+impl List {
+    fn new(mut ranges: Vec<Range>) -> List {
+        ranges.sort_unstable_by_key(|r| r.start);
+        let mut rules = vec![Rule::FramePointers];
+        let mut placed: Vec<(*const unwind::Table, usize)> = Vec::new();
+        for r in &mut ranges {
+            if r.rows.is_empty() {
+                continue;
+            }
+            let table = Arc::as_ptr(&r.rows);
+            r.first_id = match placed.iter().find(|p| p.0 == table) {
+                Some(&(_, at)) => at,
+                None => {
+                    let at = rules.len();
+                    placed.push((table, at));
+                    rules.extend_from_slice(r.rows.rules());
+                    at
+                }
+            };
+        }
+        List { ranges, rules, cache: (0..CACHE_SLOTS).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The rule for run-time address `pc`, None when no module holds it; `near`: the range
+    /// of the last lookup that missed the cache, tried first (hit path).
+    #[inline]
+    fn rule_at<'a>(&'a self, pc: usize, near: &mut Option<&'a Range>) -> Option<Rule> {
+        let cacheable = (sys::PAGE_SIZE..CACHE_PC_LIMIT).contains(&pc);
+        let slot = &self.cache[((pc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - CACHE_BITS)) as usize];
+        let word = slot.load(Ordering::Relaxed);
+        if cacheable && (word >> 16) as usize == pc {
+            return self.rules.get((word & 0xffff) as usize).copied();
+        }
+        // Callers are mostly in the module of their callee: that one is tried first.
+        let range = near.filter(|r| r.start <= pc && pc < r.end).or_else(|| range_of(self, pc))?;
+        *near = Some(range);
+        let id = if range.rows.is_empty() {
+            0
+        } else {
+            range.first_id + range.rows.id_at(pc.wrapping_sub(range.bias) as u64) as usize
+        };
+        if cacheable && id < CACHE_IDS {
+            slot.store((pc as u64) << 16 | id as u64, Ordering::Relaxed);
+        }
+        self.rules.get(id).copied()
+    }
 }
 
 static LIST: AtomicPtr<List> = AtomicPtr::new(core::ptr::null_mut());
@@ -79,7 +144,7 @@ pub fn refresh() {
             }
         };
         for &(start, end) in &m.text {
-            ranges.push(Range { start, end, bias, rows: rows.clone() });
+            ranges.push(Range { start, end, bias, rows: rows.clone(), first_id: 0 });
         }
         live.push(key);
     }
@@ -87,8 +152,7 @@ pub fn refresh() {
         ranges.push(range);
     }
     made.retain(|k, _| live.contains(k));
-    ranges.sort_unstable_by_key(|r| r.start);
-    let old = LIST.swap(Box::into_raw(Box::new(List { ranges })), Ordering::AcqRel);
+    let old = LIST.swap(Box::into_raw(Box::new(List::new(ranges))), Ordering::AcqRel);
     if !old.is_null() {
         rcu::synchronize();
         // SAFETY: unpublished above, and no walk that could have read it is still running.
@@ -126,7 +190,8 @@ fn vdso(maps: &[Mapping]) -> Option<Range> {
     let obj = object::File::parse(image).ok()?;
     let first = obj.segments().map(|s| s.address()).min()?;
     let rows = unwind::compile(image)?;
-    Some(Range { start, end, bias: start.wrapping_sub(first as usize), rows: Arc::new(unwind::Table::new(&rows)) })
+    let rows = Arc::new(unwind::Table::new(&rows));
+    Some(Range { start, end, bias: start.wrapping_sub(first as usize), rows, first_id: 0 })
 }
 
 fn range_of(list: &List, pc: usize) -> Option<&Range> {
@@ -138,6 +203,20 @@ fn range_of(list: &List, pc: usize) -> Option<&Range> {
 /// the depth): how many frames were written. The last is [`CORRUPT`] when the stack could
 /// not be followed to its end (hit path).
 pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
+    // SAFETY: `MaybeUninit<u64>` has `u64`'s layout, and every `u64` is a valid one; what
+    // `walk_into` writes are `u64`s.
+    let out = unsafe { &mut *(out as *mut [u64] as *mut [MaybeUninit<u64>]) };
+    walk_into(regs, out).len()
+}
+
+/// [`walk`] into a buffer that need not be initialized: the frames written (hit path).
+pub fn walk_into<'a>(regs: &PtRegs, out: &'a mut [MaybeUninit<u64>]) -> &'a [u64] {
+    let n = walk_frames(regs, out);
+    // SAFETY: `walk_frames` wrote the first `n` elements.
+    unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u64>(), n) }
+}
+
+fn walk_frames(regs: &PtRegs, out: &mut [MaybeUninit<u64>]) -> usize {
     // SAFETY: published by `refresh`, freed only after a grace period; the caller is in a
     // read-side section (a handler).
     let Some(list) = (unsafe { LIST.load(Ordering::Acquire).as_ref() }) else { return 0 };
@@ -147,46 +226,42 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
     // than a return address, which may lie past the end of a call's function.
     let mut exact = true;
     let mut n = 0;
-    let mut last = None;
+    let mut near = None;
     let mut memo = None;
+    let trampoline = retprobe::trampoline() as u64;
     while n < out.len() {
-        out[n] = r.rip;
+        out[n].write(r.rip);
         n += 1;
         let pc = if exact { r.rip } else { r.rip.wrapping_sub(1) } as usize;
-        // Callers are mostly in the module of their callee: that one is tried first.
-        let near = last.filter(|r: &&Range| r.start <= pc && pc < r.end);
-        let Some(range) = near.or_else(|| range_of(list, pc)) else { break };
-        last = Some(range);
-        let step = if range.rows.is_empty() {
-            unwind::frame_pointer_step(&r, &mut read)
-        } else {
-            // A recursion's frames share their return address, and so their rule.
-            let rule = match memo {
-                Some((at, rule)) if at == pc => rule,
-                _ => range.rows.rule_at(pc.wrapping_sub(range.bias) as u64),
-            };
-            memo = Some((pc, rule));
-            // Where a module with tables has no rule, %rbp is no frame pointer to trust.
-            unwind::step(rule, &r, &mut read)
+        // A recursion's frames share their return address, and so their rule.
+        let rule = match memo {
+            Some((at, rule)) if at == pc => rule,
+            _ => match list.rule_at(pc, &mut near) {
+                Some(rule) => rule,
+                None => break,
+            },
         };
-        let (mut next, slot) = match step {
+        memo = Some((pc, rule));
+        // Where a module with tables has no rule, %rbp is no frame pointer to trust: the rule
+        // is Unknown, which ends the stack.
+        let (mut next, slot) = match unwind::step(rule, &r, &mut read) {
             Step::Caller { regs, slot } => (regs, slot),
             Step::End => break,
             Step::Fault => {
                 if n < out.len() {
-                    out[n] = CORRUPT;
+                    out[n].write(CORRUPT);
                     n += 1;
                 }
                 break;
             }
         };
-        if slot != 0 && next.rip as usize == retprobe::trampoline() {
+        if slot != 0 && next.rip == trampoline {
             next.rip = retprobe::hooked_return(slot as usize).unwrap_or(0) as u64;
         }
         // A caller's frame lies above its callee's (a signal frame may switch stacks).
         if next.rip == 0 || (slot != 0 && next.rsp <= r.rsp) {
             if next.rip != 0 && n < out.len() {
-                out[n] = CORRUPT;
+                out[n].write(CORRUPT);
                 n += 1;
             }
             break;
@@ -195,4 +270,44 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
         r = next;
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::unwind::Row;
+
+    #[test]
+    fn the_cache_answers_as_the_tables_do_through_collisions_and_modules_without_tables() {
+        let entry = Rule::Cfa { rbp_based: false, cfa: 8, ra: -8, rbp: 0 };
+        let pushed = Rule::Cfa { rbp_based: false, cfa: 16, ra: -8, rbp: -16 };
+        let rows: Vec<Row> = (0..512u64)
+            .flat_map(|f| {
+                let at = 0x1000 + 64 * f;
+                [
+                    Row { start: at, rule: entry },
+                    Row { start: at + 1, rule: pushed },
+                    Row { start: at + 60, rule: Rule::End },
+                ]
+            })
+            .collect();
+        let table = Arc::new(unwind::Table::new(&rows));
+        let (a, fp) = (0x5555_0000_0000usize, 0x7777_0000_0000usize);
+        let ranges = vec![
+            Range { start: fp, end: fp + 0x1000, bias: fp, rows: Arc::new(unwind::Table::default()), first_id: 0 },
+            Range { start: a + 0x1000, end: a + 0x9000, bias: a, rows: table.clone(), first_id: 0 },
+        ];
+        let list = List::new(ranges);
+        let mut near = None;
+        // Twice over every address: first from the tables, then (most) from the cache, whose
+        // 4,096 slots these 36,864 addresses share.
+        for _ in 0..2 {
+            for pc in (a + 0x1000..a + 0x9000).chain(fp..fp + 0x1000) {
+                let want = if pc >= fp { Rule::FramePointers } else { unwind::rule_at(&rows, (pc - a) as u64) };
+                assert_eq!(list.rule_at(pc, &mut near), Some(want), "{pc:#x}");
+            }
+        }
+        assert_eq!(list.rule_at(a, &mut near), None);
+        assert_eq!(list.rule_at(fp + 0x1000, &mut near), None);
+    }
 }
