@@ -23,8 +23,10 @@ use object::{Object, ObjectSegment};
 use crate::base::abi::PtRegs;
 use crate::base::maps::{self, Mapping};
 use crate::base::{elf, output, sys, usercopy};
+use crate::insn::stub::{BODY_OFFSET, STUB_SIZE};
 use crate::insn::unwind::{self, Regs, Step};
-use crate::probe::{rcu, retprobe};
+use crate::probe::ssol::SLOT_SIZE;
+use crate::probe::{rcu, retprobe, table};
 
 /// The deepest stack a walk gives (`ustack:DEPTH`).
 pub const MAX_DEPTH: usize = 127;
@@ -129,6 +131,24 @@ fn vdso(maps: &[Mapping]) -> Option<Range> {
     Some(Range { start, end, bias: start.wrapping_sub(first as usize), rows: Arc::new(unwind::Table::new(&rows)) })
 }
 
+/// Where a `pc` in code the runtime made stands in the probed function: in a jump probe's
+/// stub, the place of the relocated instruction in the patched range (its head: the probed
+/// instruction); in an out-of-line slot, that of the displaced instruction or just past it
+/// (hit path: the probe table is read without a lock).
+fn relocated(pc: usize) -> Option<usize> {
+    for pp in table::points() {
+        if let Ok(j) = &pp.jump {
+            if j.stub <= pc && pc < j.stub + STUB_SIZE {
+                return Some(pp.addr + pc.saturating_sub(j.stub + BODY_OFFSET).min(j.patch_len));
+            }
+        }
+        if pp.slot != 0 && pp.slot <= pc && pc < pp.slot + SLOT_SIZE {
+            return Some(pp.addr + (pc - pp.slot).min(pp.len));
+        }
+    }
+    None
+}
+
 fn range_of(list: &List, pc: usize) -> Option<&Range> {
     let i = list.ranges.partition_point(|r| r.start <= pc);
     list.ranges[..i].last().filter(|r| pc < r.end)
@@ -150,12 +170,22 @@ pub fn walk(regs: &PtRegs, out: &mut [u64]) -> usize {
     let mut last = None;
     let mut memo = None;
     while n < out.len() {
+        let at = |rip: u64| if exact { rip } else { rip.wrapping_sub(1) } as usize;
+        // Callers are mostly in the module of their callee: that one is tried first.
+        let near = last.filter(|m: &&Range| m.start <= at(r.rip) && at(r.rip) < m.end);
+        let mut range = near.or_else(|| range_of(list, at(r.rip)));
+        if range.is_none() {
+            // Code the runtime relocated (an interrupted syscall in a stub, a call's return
+            // into a slot): the same place in the probed function.
+            if let Some(orig) = relocated(r.rip as usize) {
+                r.rip = orig as u64;
+                range = range_of(list, at(r.rip));
+            }
+        }
+        let pc = at(r.rip);
         out[n] = r.rip;
         n += 1;
-        let pc = if exact { r.rip } else { r.rip.wrapping_sub(1) } as usize;
-        // Callers are mostly in the module of their callee: that one is tried first.
-        let near = last.filter(|r: &&Range| r.start <= pc && pc < r.end);
-        let Some(range) = near.or_else(|| range_of(list, pc)) else { break };
+        let Some(range) = range else { break };
         last = Some(range);
         let step = if range.rows.is_empty() {
             unwind::frame_pointer_step(&r, &mut read)
