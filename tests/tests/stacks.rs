@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use uprobe_tests::{compile, gcc, run_uprobe, Run};
+use uprobe_tests::attach::{Session, Target};
+use uprobe_tests::{compile, gcc, need_ptrace, run_uprobe, tempfile, Run};
 
 const FLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-Wextra", "-pthread", "-ldl"];
 
@@ -39,14 +40,23 @@ const OWN: &[&str] = &[
     "middle",
     "outer",
     "corrupt_caller",
+    "blocker",
 ];
 
 /// The stacks of the text report of `count EVENT by ...`, as function names (module and
 /// offset left out; `FILE+0xOFF` frames as they are), with their counts.
 fn stacks_of(run: &Run, event: &str) -> BTreeMap<Vec<String>, u64> {
+    whole_stacks(&run.output, event, &run.stderr)
+        .into_iter()
+        .map(|(s, n)| (s.iter().map(|f| function(f)).collect(), n))
+        .collect()
+}
+
+/// The stacks of the text report `text` of `count EVENT by ...`, frames as printed.
+fn whole_stacks(text: &str, event: &str, stderr: &str) -> BTreeMap<Vec<String>, u64> {
     let mut out = BTreeMap::new();
-    let mut lines = run.output.lines().skip_while(|l| !l.starts_with(&format!("count {event} by ")));
-    lines.next().unwrap_or_else(|| panic!("no report of {event}:\n{}{}", run.stderr, run.output));
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&format!("count {event} by ")));
+    lines.next().unwrap_or_else(|| panic!("no report of {event}:\n{stderr}{text}"));
     let mut frames = Vec::new();
     for line in lines {
         if line == "@[" {
@@ -54,7 +64,7 @@ fn stacks_of(run: &Run, event: &str) -> BTreeMap<Vec<String>, u64> {
         } else if let Some(count) = line.strip_prefix("]: ") {
             out.insert(std::mem::take(&mut frames), count.parse().unwrap());
         } else if let Some(frame) = line.strip_prefix("    ") {
-            frames.push(function(frame));
+            frames.push(frame.to_string());
         } else {
             break;
         }
@@ -62,7 +72,7 @@ fn stacks_of(run: &Run, event: &str) -> BTreeMap<Vec<String>, u64> {
     out
 }
 
-/// `name+0xoff (module)` -> `name`; `FILE+0xoff` stays.
+/// `name+0xoff (module) at FILE:LINE` -> `name`; `FILE+0xoff` stays.
 fn function(frame: &str) -> String {
     match frame.split_once(" (") {
         Some((named, _)) => named.rsplit_once('+').map_or(named, |(n, _)| n).to_string(),
@@ -259,7 +269,7 @@ fn stack_keys_combine_with_other_parts_and_come_as_arrays_in_json() {
     let tid = text.lines().nth(1).unwrap();
     assert!(tid.starts_with("@[") && tid.ends_with(", "), "{text}");
     let rows: Vec<&str> = text.lines().skip(2).take(4).collect();
-    assert_eq!(rows[0], "    leaf+0x0 (stacks)");
+    assert!(rows[0].starts_with("    leaf+0x0 (stacks) at ") && rows[0].contains("stacks.c:"), "{text}");
     assert!(rows[1].starts_with("    f6+0x") && rows[2].starts_with("    f5+0x"), "{text}");
     assert_eq!(rows[3], "]: 2");
 
@@ -280,8 +290,8 @@ fn stack_keys_combine_with_other_parts_and_come_as_arrays_in_json() {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     let frames: Vec<&str> = v["key"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert_eq!(frames.len(), 2);
-    assert_eq!(frames[0], "leaf+0x0 (stacks)");
-    assert!(frames[1].starts_with("f6+0x") && frames[1].ends_with(" (stacks)"), "{frames:?}");
+    assert!(frames[0].starts_with("leaf+0x0 (stacks) at "), "{frames:?}");
+    assert!(frames[1].starts_with("f6+0x") && frames[1].contains(" (stacks) at "), "{frames:?}");
 }
 
 #[test]
@@ -325,4 +335,214 @@ fn a_frame_that_cannot_be_followed_ends_the_stack_with_a_marker() {
     let stack = got.keys().next().unwrap();
     assert_eq!(strs(stack), ["leaf", "corrupt_caller", "[stack unreadable from here]"]);
     assert_eq!(got.values().copied().collect::<Vec<_>>(), [1]);
+}
+
+/// A frame `name+0xoff (module) at FILE:LINE` as (name, offset, place).
+fn parts(frame: &str) -> (&str, u64, Option<&str>) {
+    let (named, place) = frame.split_once(" at ").map_or((frame, None), |(n, p)| (n, Some(p)));
+    let named = named.split(" (").next().unwrap();
+    let (name, off) = named.rsplit_once("+0x").unwrap_or_else(|| panic!("{frame}"));
+    (name, u64::from_str_radix(off, 16).unwrap(), place)
+}
+
+/// What `addr2line -e FILE` says of link-time address `addr`: `FILE:LINE`.
+fn addr2line(file: &Path, addr: u64) -> String {
+    let out = Command::new("addr2line").arg("-e").arg(file).arg(format!("{addr:#x}")).output().expect("addr2line");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().next().unwrap_or("").split(" (discriminator").next().unwrap().to_string()
+}
+
+/// The link-time address of function `name` in the ELF file `file` (a debug file too), as
+/// `nm` gives it.
+fn address_of(file: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(file).output().expect("nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| {
+        l.split(' ').nth(2).map(|n| n.split('@').next().unwrap()) == Some(name)
+            && matches!(l.split(' ').nth(1), Some("T" | "t"))
+    });
+    let line = line.unwrap_or_else(|| panic!("{}: no function {name}", file.display()));
+    u64::from_str_radix(line.split(' ').next().unwrap(), 16).unwrap()
+}
+
+/// What gdb's `info line *ADDR` says of link-time address `addr` of `file`: `FILE:LINE`
+/// (FILE relative to its compilation directory).
+fn gdb_line(file: &Path, addr: u64) -> String {
+    let out = Command::new("gdb").args(["-nx", "-batch", "-ex", &format!("info line *{addr:#x}")]).arg(file).output();
+    let text = String::from_utf8_lossy(&out.expect("gdb").stdout).into_owned();
+    let line = text.lines().find_map(|l| l.strip_prefix("Line ")).unwrap_or_else(|| panic!("{text}"));
+    let (n, rest) = line.split_once(" of \"").unwrap();
+    format!("{}:{n}", rest.split('"').next().unwrap().trim_start_matches("./").trim_start_matches("../"))
+}
+
+/// Each frame of `module`'s place equals what `tool` says of its address in `file` (the
+/// call's, before a return address), FILE the module or its debug file: how many.
+fn places_as(frames: &[String], module: &str, file: &Path, tool: fn(&Path, u64) -> String) -> usize {
+    let mut compared = 0;
+    for (i, f) in frames.iter().enumerate() {
+        if !f.contains(&format!(" ({module})")) || f.starts_with("_start+") {
+            continue;
+        }
+        let (name, off, place) = parts(f);
+        let addr = address_of(file, name) + off - u64::from(i > 0);
+        let expected = tool(file, addr);
+        let place = place.unwrap_or_else(|| panic!("frame {i} has no place: {f}"));
+        assert!(place == expected || place.ends_with(&format!("/{expected}")), "frame {i}: {f}, expected {expected}");
+        compared += 1;
+    }
+    compared
+}
+
+/// gdb's `bt` at the first stop at `function`: the `FILE:LINE` of each frame of the program's
+/// own (None when gdb is not installed).
+fn gdb_places(program: &Path, function: &str, args: &[&str]) -> Option<Vec<String>> {
+    let out = Command::new("gdb")
+        .args(["-nx", "-batch", "-iex", "set debuginfod enabled off", "-ex", "set pagination off"])
+        .args(["-ex", &format!("break {function}"), "-ex", "run", "-ex", "bt", "-ex", "kill", "--args"])
+        .arg(program)
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let places = text
+        .lines()
+        .filter(|l| l.starts_with('#') && l.contains(" at ") && l.contains("stacks.c:"))
+        .map(|l| l.rsplit_once(" at ").unwrap().1.to_string())
+        .collect();
+    Some(places)
+}
+
+/// The build-ID debug file of the module at `path`, if installed (Debian's libc6-dbg).
+fn debug_file(path: &Path) -> Option<PathBuf> {
+    let out = Command::new("readelf").arg("-n").arg(path).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: "))?.trim().to_string();
+    Some(PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]))).filter(|p| p.exists())
+}
+
+/// The libc the fixture runs with.
+fn libc_of(run_maps_of: &Path) -> PathBuf {
+    let out = Command::new("ldd").arg(run_maps_of).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains("libc.so.6 => ")).unwrap();
+    PathBuf::from(line.split(" => ").nth(1).unwrap().split(" (").next().unwrap())
+}
+
+#[test]
+fn frames_carry_their_source_lines_as_addr2line_and_gdb_give_them() {
+    let p = stacks();
+    let run = count(&p, &[&format!("p:leaf {}:leaf", p.display())], "ustack", &["chain", "1", "0"]);
+    let stacks = whole_stacks(&run.output, "leaf", &run.stderr);
+    let stack = stacks.keys().next().unwrap();
+    // The program's own frames, leaf to main, each with a place in the fixture's source.
+    assert_eq!(places_as(stack, "stacks", &p, addr2line), 9, "{stack:#?}");
+    let ours: Vec<&str> = stack[..9].iter().map(|f| parts(f).2.unwrap()).collect();
+    assert!(ours.iter().all(|p| p.contains("/tests/fixtures/stacks.c:")), "{ours:?}");
+    if let Some(gdb) = gdb_places(&p, "leaf", &["chain", "1", "0"]) {
+        assert_eq!(gdb.len(), 9, "{gdb:?}");
+        for (ours, gdb) in ours.iter().zip(&gdb) {
+            assert!(ours == gdb || ours.ends_with(&format!("/{gdb}")), "ours {ours}, gdb {gdb}");
+        }
+    } else {
+        eprintln!("gdb is not installed: the comparison with gdb's bt is skipped");
+    }
+    // glibc's frames, named and placed from its debug file where it is installed.
+    let libc = libc_of(&p);
+    match debug_file(&libc) {
+        Some(debug) => {
+            // __libc_start_call_main is not exported: named from the debug file's symbols.
+            let below: Vec<String> = stack[9..].iter().map(|f| function(f)).collect();
+            assert_eq!(strs(&below), ["__libc_start_call_main", "__libc_start_main", "_start"]);
+            // binutils' addr2line names the wrong file for glibc's inlined code: gdb's word.
+            if Command::new("gdb").arg("--version").output().is_ok() {
+                assert_eq!(places_as(stack, "libc.so.6", &debug, gdb_line), 2, "{stack:#?}");
+            } else {
+                assert!(stack[9..11]
+                    .iter()
+                    .all(|f| parts(f).2.is_some_and(|p| p.contains(".c:") || p.contains(".h:"))));
+            }
+        }
+        None => println!("SKIPPED (glibc's part): no debug file of {} (Debian: libc6-dbg)", libc.display()),
+    }
+}
+
+#[test]
+fn a_stripped_programs_frames_are_file_plus_offset_without_lines() {
+    let p = stacks();
+    let stripped = p.with_file_name("stacks_stripped");
+    let status = Command::new("strip").arg("-o").arg(&stripped).arg(&p).status().expect("strip");
+    assert!(status.success());
+    let data = std::fs::read(&p).unwrap();
+    let offset = |name: &str| uprobe_contracts::elf::function(&data, name).unwrap().file_offset;
+    let def = format!("p:leaf {}:{:#x}", stripped.display(), offset("leaf"));
+    let run = count(&stripped, &[&def], "ustack", &["chain", "1", "0"]);
+    let stacks = whole_stacks(&run.output, "leaf", &run.stderr);
+    let stack = stacks.keys().next().unwrap();
+    assert_eq!(stack[0], format!("stacks_stripped+{:#x}", offset("leaf")), "{stack:#?}");
+    assert_eq!(stack[1], format!("stacks_stripped+{:#x}", offset("f6") + 5), "{stack:#?}");
+    let own = stack.iter().filter(|f| f.starts_with("stacks_stripped+0x")).count();
+    assert_eq!(own, 10, "leaf to main, and _start: {stack:#?}");
+}
+
+#[test]
+fn a_thread_waiting_in_a_relocated_syscall_is_shown_in_the_probed_function() {
+    let p = stacks();
+    // The probe on blocker's syscall instruction: the thread waits in the runtime's copy of
+    // it (a jump probe's stub, or the out-of-line slot of an int3) when SIGALRM comes.
+    let dis = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(&p).output().expect("objdump");
+    let dis = String::from_utf8_lossy(&dis.stdout);
+    let body = &dis[dis.find("<blocker>:").unwrap()..];
+    let line = body.lines().find(|l| l.trim_end().ends_with("syscall")).unwrap();
+    let at = u64::from_str_radix(line.trim().split(':').next().unwrap(), 16).unwrap();
+    let off = at - address_of(&p, "blocker");
+    let leaf = format!("p:leaf {}:leaf", p.display());
+    let sys = format!("p:sys {}:blocker+{off:#x}", p.display());
+    let run = count(&p, &[&leaf, &sys], "ustack", &["blocked"]);
+    let got = whole_stacks(&run.output, "leaf", &run.stderr);
+    assert_eq!(got.values().copied().collect::<Vec<_>>(), [1]);
+    let stack = got.keys().next().unwrap();
+    let names: Vec<String> = stack.iter().map(|f| function(f)).collect();
+    assert_eq!(strs(&names[..2]), ["leaf", "on_alarm"], "{stack:#?}");
+    assert!(names[2].starts_with("libc.so.6+0x") || names[2] == "__restore_rt", "{stack:#?}");
+    // Interrupted just past the syscall, as it would be in the function itself.
+    assert_eq!(parts(&stack[3]).0, "blocker", "{stack:#?}");
+    assert_eq!(parts(&stack[3]).1, off + 2, "{stack:#?}");
+    assert_eq!(names[4], "main", "{stack:#?}");
+    ends_at_start(&names);
+    same_as_gdb(&names, &p, "leaf", &["blocked"]);
+}
+
+#[test]
+fn stacks_of_an_attach_equal_a_launchs() {
+    need_ptrace!();
+    let p = stacks();
+    let def = format!("p:leaf {}:leaf", p.display());
+    let launched = count(&p, &[&def], "ustack", &["chain", "2", "1"]);
+    let launched = whole_stacks(&launched.output, "leaf", &launched.stderr);
+
+    let mut target = Target::start(&p, &["gated", "2", "1"]);
+    let out = tempfile("stacks-attach");
+    let out_s = out.to_str().unwrap();
+    let mut session = Session::start(target.pid, &["-o", out_s, "--count", "--by", "ustack", "-e", &def]);
+    target.send("go");
+    target.out.expect("done");
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0), "the fixture");
+    let (status, _) = session.wait();
+    assert!(status.success(), "{:?}", session.own_lines());
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let attached = whole_stacks(&text, "leaf", "");
+    // The same stacks, frame for frame up to main (whose call sites differ), with places.
+    let upto_main = |all: &BTreeMap<Vec<String>, u64>| -> BTreeMap<Vec<String>, u64> {
+        all.iter().map(|(s, n)| (s[..8].to_vec(), *n)).collect()
+    };
+    assert_eq!(upto_main(&attached), upto_main(&launched), "{text}");
+    assert_eq!(attached.values().copied().collect::<Vec<_>>().iter().sum::<u64>(), 3);
+    for stack in attached.keys() {
+        assert!(stack[..8].iter().all(|f| f.contains(" (stacks) at ") && f.contains("stacks.c:")), "{stack:#?}");
+        let names: Vec<String> = stack.iter().map(|f| function(f)).collect();
+        assert_eq!(names[8], "main");
+        ends_at_start(&names);
+    }
 }

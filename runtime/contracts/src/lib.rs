@@ -25,6 +25,8 @@ pub mod elf;
 pub mod errno;
 pub mod fetch;
 pub mod filter;
+#[cfg(feature = "lines")]
+pub mod lines;
 pub mod maps;
 pub mod sdt;
 pub mod spec;

@@ -32,7 +32,10 @@ use crate::trace::clock;
 use crate::trace::events::{self, Probe};
 use crate::trace::format::Symbols;
 use crate::trace::names::{demangle, without_parameters};
+use uprobe_contracts::lines::{Bytes, Lines};
 
+/// How many modules' line tables reports keep at a time.
+const LINE_MODULES: usize = 16;
 /// How long the end of the run waits for the interval thread's report, or for the registry.
 const PATIENCE_NS: u64 = 200_000_000;
 /// How long an interval report lets hits of the closing interval finish before reading it.
@@ -63,6 +66,9 @@ struct Reporter {
     comms: BTreeMap<i32, String>,
     symbols: BTreeMap<u64, String>,
     functions: BTreeMap<usize, String>,
+    /// Source places of frames, from the modules' line tables (read at the first frame
+    /// that needs them, kept for the next reports).
+    lines: Lines,
     /// The line that opens a text report of a program reached by a followed exec (its
     /// reports come besides those of the program that exec'd it).
     title: Option<String>,
@@ -98,6 +104,7 @@ impl Reporter {
             comms: BTreeMap::new(),
             symbols: BTreeMap::new(),
             functions: BTreeMap::new(),
+            lines: Lines::new(LINE_MODULES),
             title: None,
         }
     }
@@ -343,6 +350,33 @@ impl Known<'_> {
     }
 }
 
+impl Known<'_> {
+    /// `with` the report's line tables and the module file at `at` (path, inode, file
+    /// offset of `at`), read only while it is still the file mapped (the same inode).
+    fn in_module<T>(
+        &mut self,
+        at: u64,
+        with: impl FnOnce(&mut Lines, &str, u64, u64, Reader) -> Option<T>,
+    ) -> Option<T> {
+        let maps = self.maps.get_or_insert_with(maps::current);
+        let m = maps::find(maps, at as usize).filter(|m| m.is_file())?;
+        let (path, inode, offset) = (m.path.clone(), m.inode, at - m.start + m.offset);
+        let mut read = |p: &str| -> Option<Bytes> {
+            let file = sys::map_file(&std::ffi::CString::new(p).ok()?).ok()?;
+            (p != path || file.ino == inode).then(|| Box::new(Mapped(file)) as Bytes)
+        };
+        with(&mut self.r.lines, &path, inode, offset, &mut read)
+    }
+
+    /// The name of a function at `at` that the loaded module does not export, from the
+    /// symbol table of its file or its debug file.
+    fn debug_symbol(&mut self, at: u64) -> Option<(String, u64)> {
+        self.in_module(at, |lines, path, inode, offset, read| lines.symbol(path, inode, offset, read))
+    }
+}
+
+type Reader<'a> = &'a mut dyn FnMut(&str) -> Option<Bytes>;
+
 impl Symbols for Known<'_> {
     fn symbolize(&mut self, addr: u64) -> String {
         if let Some(s) = self.r.symbols.get(&addr) {
@@ -410,14 +444,26 @@ impl Names for Known<'_> {
             return name;
         };
         match name.rsplit_once('+') {
-            // A stripped module's frame is FILE+OFFSET already.
-            Some((sym, _)) if sym == module => name,
+            // A stripped module's frame is FILE+OFFSET, unless its debug file names it.
+            Some((sym, _)) if sym == module => match self.debug_symbol(at) {
+                Some((sym, off)) => {
+                    let sym = demangle(&sym).map_or(sym.clone(), |d| without_parameters(&d).to_string());
+                    format!("{sym}+{:#x} ({module})", off + u64::from(caller))
+                }
+                None => name,
+            },
             Some((sym, off)) => {
                 let sym = demangle(sym).map_or(sym.to_string(), |d| without_parameters(&d).to_string());
                 format!("{sym}+{off} ({module})")
             }
             None => format!("{name} ({module})"),
         }
+    }
+
+    fn place(&mut self, addr: u64, caller: bool) -> Option<String> {
+        self.in_module(addr - u64::from(caller), |lines, path, inode, offset, read| {
+            lines.place(path, inode, offset, read).map(|p| p.to_string())
+        })
     }
 
     fn function(&mut self, event: usize) -> String {
@@ -436,5 +482,14 @@ impl Names for Known<'_> {
             }
             None => ev.name.strip_suffix("__return").unwrap_or(&ev.name).to_string(),
         }
+    }
+}
+
+/// A mapped file as the line tables read it.
+struct Mapped(sys::MappedFile);
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
     }
 }

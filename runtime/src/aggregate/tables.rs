@@ -26,6 +26,11 @@ pub trait Names: Symbols {
     fn frame(&mut self, addr: u64, _caller: bool) -> String {
         self.symbolize(addr)
     }
+    /// A stack frame's source place, `file:line`, where its module has line tables (the
+    /// call's, for a `caller`'s return address).
+    fn place(&mut self, _addr: u64, _caller: bool) -> Option<String> {
+        None
+    }
     /// Whether event `event` was skipped (`--lenient`: its probe could not be placed):
     /// reports show it as skipped, never as a count.
     fn skipped(&mut self, _event: usize) -> bool {
@@ -319,7 +324,11 @@ fn frame(addr: u64, caller: bool, names: &mut dyn Names) -> String {
     if addr == CORRUPT {
         "[stack unreadable from here]".into()
     } else {
-        names.frame(addr, caller)
+        let name = names.frame(addr, caller);
+        match names.place(addr, caller) {
+            Some(place) => format!("{name} at {place}"),
+            None => name,
+        }
     }
 }
 

@@ -303,10 +303,11 @@ pub fn read_file(path: &CStr) -> Result<Vec<u8>, Errno> {
     result.map(|()| data)
 }
 
-/// A file mapped read-only; unmapped when dropped.
+/// A file mapped read-only (`ino`: its inode); unmapped when dropped.
 pub struct MappedFile {
     addr: usize,
     len: usize,
+    pub ino: u64,
 }
 
 impl MappedFile {
@@ -337,14 +338,12 @@ pub fn map_file(path: &CStr) -> Result<MappedFile, Errno> {
     let size =
         unsafe { call(Call::Other, libc::SYS_fstat, [fd as usize, &mut st as *mut libc::stat as usize, 0, 0, 0, 0]) }
             .map(|_| st.st_size as usize);
-    let mapped = size.and_then(|len| {
-        if len == 0 {
-            return Ok(MappedFile { addr: 0, len: 0 });
-        }
-        let (prot, flags) = (libc::PROT_READ as usize, libc::MAP_PRIVATE as usize);
+    let (ino, (prot, flags)) = (st.st_ino, (libc::PROT_READ as usize, libc::MAP_PRIVATE as usize));
+    let mapped = size.and_then(|len| match len {
+        0 => Ok(MappedFile { addr: 0, len: 0, ino }),
         // SAFETY: a fresh read-only mapping of an open file touches no existing memory.
-        unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, fd as usize, 0]) }
-            .map(|addr| MappedFile { addr, len })
+        _ => unsafe { call(Call::Mmap, libc::SYS_mmap, [0, len, prot, flags, fd as usize, 0]) }
+            .map(|addr| MappedFile { addr, len, ino }),
     });
     close(fd);
     mapped

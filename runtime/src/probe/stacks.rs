@@ -27,8 +27,10 @@ use object::{Object, ObjectSegment};
 use crate::base::abi::PtRegs;
 use crate::base::maps::{self, Mapping};
 use crate::base::{elf, output, sys, usercopy};
+use crate::insn::stub::{BODY_OFFSET, STUB_SIZE};
 use crate::insn::unwind::{self, Regs, Rule, Step};
-use crate::probe::{rcu, retprobe};
+use crate::probe::ssol::SLOT_SIZE;
+use crate::probe::{rcu, retprobe, table};
 
 /// The deepest stack a walk gives (`ustack:DEPTH`).
 pub const MAX_DEPTH: usize = 127;
@@ -194,6 +196,24 @@ fn vdso(maps: &[Mapping]) -> Option<Range> {
     Some(Range { start, end, bias: start.wrapping_sub(first as usize), rows, first_id: 0 })
 }
 
+/// Where a `pc` in code the runtime made stands in the probed function: in a jump probe's
+/// stub, the place of the relocated instruction in the patched range (its head: the probed
+/// instruction); in an out-of-line slot, that of the displaced instruction or just past it
+/// (hit path: the probe table is read without a lock).
+fn relocated(pc: usize) -> Option<usize> {
+    for pp in table::points() {
+        if let Ok(j) = &pp.jump {
+            if j.stub <= pc && pc < j.stub + STUB_SIZE {
+                return Some(pp.addr + pc.saturating_sub(j.stub + BODY_OFFSET).min(j.patch_len));
+            }
+        }
+        if pp.slot != 0 && pp.slot <= pc && pc < pp.slot + SLOT_SIZE {
+            return Some(pp.addr + (pc - pp.slot).min(pp.len));
+        }
+    }
+    None
+}
+
 fn range_of(list: &List, pc: usize) -> Option<&Range> {
     let i = list.ranges.partition_point(|r| r.start <= pc);
     list.ranges[..i].last().filter(|r| pc < r.end)
@@ -230,17 +250,24 @@ fn walk_frames(regs: &PtRegs, out: &mut [MaybeUninit<u64>]) -> usize {
     let mut memo = None;
     let trampoline = retprobe::trampoline() as u64;
     while n < out.len() {
+        let at = |rip: u64| if exact { rip } else { rip.wrapping_sub(1) } as usize;
+        // A recursion's frames share their return address, and so their rule.
+        let mut rule = match memo {
+            Some((pc, rule)) if pc == at(r.rip) => Some(rule),
+            _ => list.rule_at(at(r.rip), &mut near),
+        };
+        if rule.is_none() {
+            // Code the runtime relocated (an interrupted syscall in a stub, a call's return
+            // into a slot): the same place in the probed function.
+            if let Some(orig) = relocated(r.rip as usize) {
+                r.rip = orig as u64;
+                rule = list.rule_at(at(r.rip), &mut near);
+            }
+        }
+        let pc = at(r.rip);
         out[n].write(r.rip);
         n += 1;
-        let pc = if exact { r.rip } else { r.rip.wrapping_sub(1) } as usize;
-        // A recursion's frames share their return address, and so their rule.
-        let rule = match memo {
-            Some((at, rule)) if at == pc => rule,
-            _ => match list.rule_at(pc, &mut near) {
-                Some(rule) => rule,
-                None => break,
-            },
-        };
+        let Some(rule) = rule else { break };
         memo = Some((pc, rule));
         // Where a module with tables has no rule, %rbp is no frame pointer to trust: the rule
         // is Unknown, which ends the stack.
