@@ -2,7 +2,8 @@
 //! (`kernel/trace/trace_probe.c`), parsed into a [`FetchArg`]. Pure: text in, tree out.
 //!
 //! - `%REG` (`%di`, `%ax`, ... as the kernel names them; `%rdi` is taken too), `$stackN`,
-//!   `$stack`, `$retval`, `$comm`, `$argN`, `@ADDR`, `@+OFFSET` (a file offset in the probed
+//!   `$stack`, `$retval`, `$comm`, `$argN`, `$optimized_out` (no value: what `uprobe-run`
+//!   writes for a DWARF variable that is not live at the probe), `@ADDR`, `@+OFFSET` (a file offset in the probed
 //!   file), `\IMM`, `\"STRING"`, and `+|-OFFS(FETCHARG)`, which reads memory and nests;
 //!   beyond the kernel, `+|-OFFS(%BASE,%INDEX,SCALE)` reads memory at an x86 indexed address
 //!   (what a USDT argument spec such as `8@16(%rsp,%rax,8)` names);
@@ -65,6 +66,9 @@ pub enum Fetch {
     FileOffset(u64),
     /// `\IMM`: an immediate number.
     Immediate(u64),
+    /// `$optimized_out`: a value the program does not keep at the probe (a variable its debug
+    /// information says is not live there). Records nothing; shown as `(optimized out)`.
+    OptimizedOut,
     /// `\"TEXT"`: an immediate string.
     ImmediateString(Vec<u8>),
     /// `%BASE,%INDEX,SCALE` inside a dereference: base + index * scale.
@@ -332,6 +336,7 @@ fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
         "retval" => err(at, "$retval only on a return event (r: or %return)"),
         "comm" => Ok(Fetch::Comm),
         "stack" => Ok(Fetch::StackPointer),
+        "optimized_out" => Ok(Fetch::OptimizedOut),
         _ => {
             if let Some(n) = var.strip_prefix("stack") {
                 return n.parse().map(Fetch::Stack).or(err(at + 6, "a number after $stack"));
@@ -345,7 +350,7 @@ fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
                     Ok(n) => Ok(Fetch::Arg(n)),
                 };
             }
-            err(at, "$stack, $stackN, $retval, $comm or $argN")
+            err(at, "$stack, $stackN, $retval, $comm, $argN or $optimized_out")
         }
     }
 }
@@ -452,6 +457,8 @@ mod tests {
         assert_eq!(ok("@0x1000:u8").fetch, Fetch::Memory(0x1000));
         assert_eq!(ok("@+0x2000:u32").fetch, Fetch::FileOffset(0x2000));
         assert_eq!(ok("\\42").fetch, Fetch::Immediate(42));
+        assert_eq!(ok("total=$optimized_out").fetch, Fetch::OptimizedOut);
+        assert!(bad("$optimized_out:string", Site::Entry).what.starts_with("memory for a string"));
         assert_eq!(ok("s=\\\"a:b\"").fetch, Fetch::ImmediateString(b"a:b".to_vec()));
     }
 

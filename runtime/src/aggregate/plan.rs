@@ -154,6 +154,8 @@ pub enum PlanError {
     NotNumber { option: &'static str, text: String, event: String, arg: String, what: &'static str },
     #[error("--by '{key}': argument {key} of event {event} is an array: a key is one number or string")]
     ArrayKey { key: String, event: String },
+    #[error("--by '{key}': argument {key} of event {event} has no value at the probe (optimized out)")]
+    OptimizedOutKey { key: String, event: String },
     #[error("--by '{by}': expected {what}")]
     BadKey { by: String, what: String },
     #[error("--by caller: event {event} is not at a function's entry or return, where the caller is known")]
@@ -177,6 +179,8 @@ fn arg_names(args: &[FetchArg]) -> String {
 fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
     if arg.ty.count.is_some() {
         Some("an array")
+    } else if arg.fetch == Fetch::OptimizedOut {
+        Some("a variable with no value at the probe (optimized out)")
     } else if arg.ty.is_string() || matches!(arg.fetch, Fetch::Comm | Fetch::ImmediateString(_)) {
         Some("a string")
     } else {
@@ -260,6 +264,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                 let key = match e.args.iter().position(|a| &a.name == name) {
                     Some(a) if e.args[a].ty.count.is_some() => {
                         return Err(PlanError::ArrayKey { key: name.clone(), event: e.name.to_string() });
+                    }
+                    Some(a) if e.args[a].fetch == Fetch::OptimizedOut => {
+                        return Err(PlanError::OptimizedOutKey { key: name.clone(), event: e.name.to_string() });
                     }
                     Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
                     Some(a) => Key::Arg(a),

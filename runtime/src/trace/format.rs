@@ -6,12 +6,14 @@
 //! type (`%u`, `%d`, `0x%x`, `'%c'`, `"%s"`, `{a,b}` for arrays); a string that could not be
 //! read is `(fault)`, a number that could not be read is 0, as the kernel shows them. JSON
 //! gives numbers for `u`/`s` types and bitfields, `"0x..."` strings for `x` types, strings
-//! for strings, characters and symbols, and `null` for a value that could not be read.
+//! for strings, characters and symbols, and `null` for a value that could not be read. A
+//! variable that is not live at the probe (`$optimized_out`) is `(optimized out)`, as gdb and
+//! `perf probe` say it, and `null` in JSON.
 
 use core::fmt::Write;
 
 use crate::trace::def::Kind;
-use crate::trace::fetch::{Base, FetchArg, Type};
+use crate::trace::fetch::{Base, Fetch, FetchArg, Type};
 use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
 
 /// A fetched value, decoded.
@@ -23,6 +25,8 @@ pub enum Value {
     /// `$comm`: the drain thread knows the thread's name.
     Comm,
     Fault,
+    /// `$optimized_out`: the variable has no value at the probe.
+    OptimizedOut,
     Array(Vec<Value>),
 }
 
@@ -70,6 +74,10 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
     let mut at = args_start(rec)?;
     let mut out = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
+        if arg.fetch == Fetch::OptimizedOut {
+            out.push(Value::OptimizedOut);
+            continue;
+        }
         let faulted = faults & (1 << i) != 0;
         let one = |at: &mut usize| -> Option<Value> {
             if arg.ty.is_string() {
@@ -133,6 +141,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
         }
         Value::Fault if ty.is_string() => out.extend_from_slice(b"(fault)"),
         Value::Comm => out.extend_from_slice(b"\"\""),
+        Value::OptimizedOut => out.extend_from_slice(b"(optimized out)"),
         Value::Fault => text_value(out, ty, &Value::Num(0), syms),
         Value::Num(raw) => {
             let v = bits_of(ty, *raw);
@@ -250,7 +259,7 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
             }
             out.push(']');
         }
-        Value::Fault => out.push_str("null"),
+        Value::Fault | Value::OptimizedOut => out.push_str("null"),
         Value::Str(s) => json_string(out, s),
         Value::Comm => out.push_str("\"\""),
         Value::Num(raw) => {
