@@ -55,6 +55,37 @@ fn parameters_fields_and_elements_print_their_c_values() {
 }
 
 #[test]
+fn floats_and_doubles_come_from_the_vector_registers() {
+    let prog = prog();
+    let run = run_uprobe(&[
+        "-e",
+        "p scale x f n",
+        "-e",
+        "r scale r=%xmm0:f64",
+        "-e",
+        "p halve v",
+        "-e",
+        "r halve r=%xmm0:f32",
+        "-e",
+        "p:d/field parse d=b->d",
+        s(&prog),
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(records(&run, "scale"), ["x=1.5 f=2 n=3", "x=-0.25 f=0.5 n=-1"]);
+    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
+    assert_eq!(records(&run, "halve"), ["v=5"]);
+    assert_eq!(records(&run, "halve__return"), ["r=2.5"]);
+    assert_eq!(records(&run, "field"), ["d=2.5", "d=2.5", "d=2.5"]);
+    // The whole vector state (XSAVE) keeps xmm0..15 where the legacy area has them.
+    let run = run_uprobe(&["--full-vector-state", "-e", "p scale x f", "-e", "r scale r=%xmm0:f64", s(&prog)]);
+    assert_eq!(records(&run, "scale"), ["x=1.5 f=2", "x=-0.25 f=0.5"], "{}", run.stderr);
+    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
+    // Counted events save the vectors too when they read one (a key of the others).
+    let run = run_uprobe(&["--count", "--by", "n", "-e", "p scale x n", s(&prog), "3"]);
+    assert!(run.output.contains("count scale by n: 6 hits, 2 keys"), "{}", run.output);
+}
+
+#[test]
 fn params_and_vars_expand_and_json_has_null_for_optimized_out() {
     let prog = prog();
     let run = run_uprobe(&["--format", "json", "-e", "p:d/p parse $params", "-e", "p:d/v sum $vars", s(&prog)]);
@@ -119,7 +150,7 @@ fn bad_names_are_refused_with_what_exists() {
         ("p parse b", ""),
         ("p nofunc x", "no function nofunc in the DWARF of"),
         ("r parse len", "at a return only $retval can be read"),
-        ("p scale x", "x cannot be read at scale: its value is in %xmm0"),
+        ("p parse b->in.s:string", "b->in.s (of type short int): :string reads a char pointer or array"),
     ];
     for (def, why) in cases {
         let run = run_uprobe(&["-e", def, s(&prog)]);

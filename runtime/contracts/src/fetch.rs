@@ -7,7 +7,9 @@
 //!   file), `\IMM`, `\"STRING"`, and `+|-OFFS(FETCHARG)`, which reads memory and nests;
 //!   beyond the kernel, `+|-OFFS(%BASE,%INDEX,SCALE)` reads memory at an x86 indexed address
 //!   (what a USDT argument spec such as `8@16(%rsp,%rax,8)` names);
-//! - types `u8..u64`, `s8..s64`, `x8..x64`, `char`, `string`, `ustring`, `symbol`, bitfields
+//! - beyond the kernel, `%xmm0`..`%xmm15`: the low 8 bytes of a vector register (`float`
+//!   and `double` arguments and return values), read from the vector state the hit saved;
+//! - types `u8..u64`, `s8..s64`, `x8..x64`, `f32`, `f64` (beyond the kernel), `char`, `string`, `ustring`, `symbol`, bitfields
 //!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
 //!   `x64`, as the kernel shows it; `$comm` is a string.
 //!
@@ -50,6 +52,9 @@ const REGS: [(&str, u8); 21] = [
 pub enum Fetch {
     /// `%REG`: a register.
     Reg(Reg),
+    /// `%xmmN` (0..15): the low 8 bytes of a vector register, where the System V ABI passes
+    /// and returns `float` and `double` (the kernel's uprobes cannot read them).
+    Xmm(u8),
     /// `$stackN`: the Nth word on the stack.
     Stack(u32),
     /// `$stack`: the stack pointer.
@@ -104,6 +109,8 @@ pub enum Base {
     String,
     /// `symbol`: the value as `sym+0xoff`.
     Symbol,
+    /// `f32`, `f64`: an IEEE 754 floating-point number.
+    Float,
 }
 
 /// A bitfield `b<width>@<offset>/<container>`, in bits.
@@ -258,6 +265,12 @@ fn reg(name: &str) -> Option<Reg> {
 }
 
 fn parse_value(text: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
+    if let Some(n) = text.strip_prefix("%xmm") {
+        return match n.parse::<u8>() {
+            Ok(n) if n < 16 => Ok(Fetch::Xmm(n)),
+            _ => err(at, format!("a vector register from %xmm0 to %xmm15, not %xmm{n}")),
+        };
+    }
     if let Some(name) = text.strip_prefix('%') {
         return reg(name).map(Fetch::Reg).ok_or_else(|| ArgError {
             at,
@@ -374,6 +387,8 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
         "string" | "ustring" => Type { count, ..Type::STRING },
         "symbol" => simple(Base::Symbol, 64),
         "char" => simple(Base::Char, 8),
+        "f32" => simple(Base::Float, 32),
+        "f64" => simple(Base::Float, 64),
         t if t.starts_with('b') => return parse_bitfield(t, at).map(|ty| Type { count, ..ty }),
         t => {
             let base = match t.as_bytes().first() {
@@ -393,7 +408,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
 
 fn unknown_type(t: &str) -> String {
     format!(
-        "a type (u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
+        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
     )
 }
 
@@ -458,6 +473,9 @@ mod tests {
         assert_eq!(ok("@+0x2000:u32").fetch, Fetch::FileOffset(0x2000));
         assert_eq!(ok("\\42").fetch, Fetch::Immediate(42));
         assert_eq!(ok("total=$optimized_out").fetch, Fetch::OptimizedOut);
+        assert_eq!(ok("x=%xmm1:f64").fetch, Fetch::Xmm(1));
+        assert_eq!(ok("x=%xmm1:f32").ty, Type { base: Base::Float, size: 4, bitfield: None, count: None });
+        assert!(bad("%xmm16", Site::Entry).what.contains("%xmm0 to %xmm15"));
         assert!(bad("$optimized_out:string", Site::Entry).what.starts_with("memory for a string"));
         assert_eq!(ok("s=\\\"a:b\"").fetch, Fetch::ImmediateString(b"a:b".to_vec()));
     }

@@ -23,7 +23,7 @@ use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
 pub use crate::aggregate::key::{Key, KeyPart, STRING_KEY};
 use crate::aggregate::request::{self, Request, STACK_SLOTS};
 use crate::trace::def::Kind;
-use crate::trace::fetch::{Fetch, FetchArg};
+use crate::trace::fetch::{Base, Fetch, FetchArg};
 use crate::trace::names::glob;
 
 pub const HEADER_WORDS: usize = 32;
@@ -156,6 +156,10 @@ pub enum PlanError {
     ArrayKey { key: String, event: String },
     #[error("--by '{key}': argument {key} of event {event} has no value at the probe (optimized out)")]
     OptimizedOutKey { key: String, event: String },
+    #[error(
+        "--by '{key}': argument {key} of event {event} is a floating-point number: a key is an integer or a string"
+    )]
+    FloatKey { key: String, event: String },
     #[error("--by '{by}': expected {what}")]
     BadKey { by: String, what: String },
     #[error("--by caller: event {event} is not at a function's entry or return, where the caller is known")]
@@ -181,6 +185,8 @@ fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
         Some("an array")
     } else if arg.fetch == Fetch::OptimizedOut {
         Some("a variable with no value at the probe (optimized out)")
+    } else if arg.ty.base == Base::Float {
+        Some("a floating-point number")
     } else if arg.ty.is_string() || matches!(arg.fetch, Fetch::Comm | Fetch::ImmediateString(_)) {
         Some("a string")
     } else {
@@ -267,6 +273,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                     }
                     Some(a) if e.args[a].fetch == Fetch::OptimizedOut => {
                         return Err(PlanError::OptimizedOutKey { key: name.clone(), event: e.name.to_string() });
+                    }
+                    Some(a) if e.args[a].ty.base == Base::Float => {
+                        return Err(PlanError::FloatKey { key: name.clone(), event: e.name.to_string() });
                     }
                     Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
                     Some(a) => Key::Arg(a),

@@ -116,6 +116,15 @@ pub fn signed(ty: &Type, v: u64) -> i64 {
     ty.sign_extend(v)
 }
 
+/// A floating-point value from its bits (`f32` or `f64`), shown as Rust shows it: the
+/// shortest text that reads back the same number (`2.5`, `-0.25`, `1e-7`).
+pub fn float(ty: &Type, v: u64) -> f64 {
+    match ty.size {
+        4 => f64::from(f32::from_bits(v as u32)),
+        _ => f64::from_bits(v),
+    }
+}
+
 /// How values are shown: symbols need the process's symbol tables.
 pub trait Symbols {
     fn symbolize(&mut self, addr: u64) -> String;
@@ -159,6 +168,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
                 }
                 Base::Char => out.extend_from_slice(&[b'\'', v as u8, b'\'']),
                 Base::Symbol => out.extend_from_slice(syms.symbolize(v).as_bytes()),
+                Base::Float => out.extend_from_slice(float(ty, v).to_string().as_bytes()),
                 Base::String => {}
             }
         }
@@ -277,6 +287,10 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
                     json_string(out, syms.symbolize(v).as_bytes());
                     Ok(())
                 }
+                Base::Float => match float(ty, v) {
+                    f if f.is_finite() => write!(out, "{f}"),
+                    _ => write!(out, "null"),
+                },
                 Base::String => Ok(()),
             };
         }

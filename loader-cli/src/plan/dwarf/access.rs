@@ -205,8 +205,9 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
             Some(Ty::Pointer { .. }) if *n <= 64 => format!("{fetch}:x64[{n}]"),
             _ => return Err(format!("{path} (of type {}): name an element ({path}[0])", types.name(ty))),
         },
+        (None, Some(Ty::Float { size: size @ (4 | 8) })) => format!("{fetch}:f{}", size * 8),
         (None, Some(Ty::Float { .. })) => {
-            return Err(format!("{path} (of type {}): floating-point values are not read yet", types.name(ty)))
+            return Err(format!("{path} (of type {}): only float and double are read", types.name(ty)))
         }
         (None, Some(Ty::Struct { members, .. })) => {
             let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
@@ -222,7 +223,7 @@ fn index(loc: &Loc, by: i64, path: &str) -> Result<Loc, String> {
     match loc {
         Loc::Mem(a, off) => Ok(Loc::Mem(a.clone(), off + by)),
         Loc::OptimizedOut => Ok(Loc::OptimizedOut),
-        Loc::Reg(r) if by == 0 => Ok(Loc::Reg(r)),
+        Loc::Reg(r) if by == 0 && !r.starts_with("xmm") => Ok(Loc::Reg(r)),
         Loc::Reg(r) => Err(format!("{path}: the value is in %{r}, not in memory, so its parts have no address")),
         Loc::Const(_) => Err(format!("{path}: the value is a constant, not in memory")),
     }

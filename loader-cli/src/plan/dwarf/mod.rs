@@ -104,7 +104,7 @@ impl Module {
             .unwind_info_for_address(&bases, &mut ctx, pc, gimli::EhFrame::cie_from_offset)
             .map_err(|e| format!("no call frame information at {pc:#x} ({e})"))?;
         match row.cfa() {
-            gimli::CfaRule::RegisterAndOffset { register, offset } => Ok((location::register(*register)?, *offset)),
+            gimli::CfaRule::RegisterAndOffset { register, offset } => Ok((location::general(*register)?, *offset)),
             gimli::CfaRule::Expression(_) => Err(format!("the frame at {pc:#x} is given by an expression")),
         }
     }
