@@ -6,9 +6,8 @@
 //! type (`%u`, `%d`, `0x%x`, `'%c'`, `"%s"`, `{a,b}` for arrays); a string that could not be
 //! read is `(fault)`, a number that could not be read is 0, as the kernel shows them. JSON
 //! gives numbers for `u`/`s` types and bitfields, `"0x..."` strings for `x` types, strings
-//! for strings, characters and symbols, and `null` for a value that could not be read. A
-//! variable that is not live at the probe (`$optimized_out`) is `(optimized out)`, as gdb and
-//! `perf probe` say it, and `null` in JSON.
+//! for strings, characters and symbols, and `null` for a value that could not be read or is
+//! `$optimized_out` (in text `(optimized out)`, as gdb says it).
 
 use core::fmt::Write;
 
@@ -116,8 +115,7 @@ pub fn signed(ty: &Type, v: u64) -> i64 {
     ty.sign_extend(v)
 }
 
-/// A floating-point value from its bits (`f32` or `f64`), shown as Rust shows it: the
-/// shortest text that reads back the same number (`2.5`, `-0.25`, `1e-7`).
+/// An `f32`/`f64` from its bits (shown as the shortest text that reads back the same number).
 pub fn float(ty: &Type, v: u64) -> f64 {
     match ty.size {
         4 => f64::from(f32::from_bits(v as u32)),
@@ -287,10 +285,8 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
                     json_string(out, syms.symbolize(v).as_bytes());
                     Ok(())
                 }
-                Base::Float => match float(ty, v) {
-                    f if f.is_finite() => write!(out, "{f}"),
-                    _ => write!(out, "null"),
-                },
+                Base::Float if float(ty, v).is_finite() => write!(out, "{}", float(ty, v)),
+                Base::Float => write!(out, "null"),
                 Base::String => Ok(()),
             };
         }

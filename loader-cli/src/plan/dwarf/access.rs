@@ -2,9 +2,22 @@
 //! its translation into a fetcharg with the function's types. Pure: the parse is text in,
 //! steps out; the translation reads only the [`Function`](super::Function) found.
 
+use gimli::UnitOffset;
+
 use super::location::{memory, Loc};
 use super::types::{Table, Ty};
-use super::Variable;
+
+/// A variable available at an address: its name, its type's name and its place.
+#[derive(Clone, Debug)]
+pub struct Variable {
+    pub name: String,
+    pub type_name: String,
+    /// Whether it is a parameter (`$params`) or a local.
+    pub param: bool,
+    /// Its place at the address, or why it cannot be read there.
+    pub loc: Result<Loc, String>,
+    pub ty: Option<UnitOffset>,
+}
 
 /// One step from a value to a part of it.
 #[derive(Clone, Debug, PartialEq, Eq)]

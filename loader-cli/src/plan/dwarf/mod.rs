@@ -23,6 +23,7 @@ use object::{Object, ObjectSection, ObjectSegment};
 use uprobe_contracts::def::{self, Kind, Place};
 
 use crate::base::error::Error;
+pub use access::Variable;
 pub use location::Loc;
 use types::Table;
 
@@ -37,18 +38,6 @@ pub struct Module {
     eh_frame: Option<(u64, Vec<u8>)>,
     /// (link-time address, file offset, size in the file) of each loadable segment.
     segments: Vec<(u64, u64, u64)>,
-}
-
-/// A variable available at an address: its name, its type's name and its place.
-#[derive(Clone, Debug)]
-pub struct Variable {
-    pub name: String,
-    pub type_name: String,
-    /// Whether it is a parameter (`$params`) or a local.
-    pub param: bool,
-    /// Its place at the address, or why it cannot be read there.
-    pub loc: Result<Loc, String>,
-    ty: Option<UnitOffset>,
 }
 
 impl Module {
