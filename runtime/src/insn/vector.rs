@@ -42,7 +42,7 @@ pub fn save_full_state() -> bool {
     true
 }
 
-/// Where [`save_vectors`] put xmm0 (xmm1..15 follow, 16 bytes apart) when it saved them
+/// Where `save_vectors!` put xmm0 (xmm1..15 follow, 16 bytes apart) when it saved them
 /// below the `struct pt_regs` at `regs` (see `frame`): the xmm-only area, or the XSAVE
 /// area's legacy region.
 pub fn saved_xmm(regs: usize) -> usize {
