@@ -53,6 +53,13 @@ fn run() -> Result<Infallible, Error> {
         }
         Plan::Launch(launch) => launch::run(*launch),
         Plan::List(list) => list::run(list),
+        Plan::Vars { place, program } => match plan::dwarf::list(&place, &program) {
+            Ok(text) => {
+                print!("{text}");
+                std::process::exit(0)
+            }
+            Err(reason) => Err(Error::Vars { place, reason }),
+        },
         Plan::Attach(attach) => std::process::exit(attach::run(*attach)?),
     }
 }

@@ -254,6 +254,12 @@ pub struct Cli {
     #[arg(short = 'l', long, help_heading = heading::MODES)]
     pub list: bool,
 
+    /// List the DWARF variables available at FUNC's entry (FUNC, FUNC+OFFSET or
+    /// MODULE:FUNC) in PROGRAM, with their types and the fetchargs they become, as
+    /// `perf probe -V` lists them: uprobe-run --vars FUNC PROGRAM.
+    #[arg(long, value_name = "FUNC", help_heading = heading::MODES)]
+    pub vars: Option<String>,
+
     /// Print the version and the runtime library uprobe-run preloads, then exit.
     #[arg(short = 'V', long)]
     pub version: bool,

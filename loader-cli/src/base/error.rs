@@ -68,6 +68,8 @@ pub enum Error {
     Definition { def: String, reason: &'static str },
     #[error("-e '{}': {reason}", one_line(.def))]
     Usdt { def: String, reason: String },
+    #[error("--vars '{}': {reason}", one_line(.place))]
+    Vars { place: String, reason: String },
     #[error("{0}")]
     Filter(String),
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]

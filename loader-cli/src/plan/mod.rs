@@ -12,6 +12,7 @@
 //! `--config` file, the `--events` files and the program's ELF files, changes nothing.
 
 pub mod aggregate;
+pub mod dwarf;
 pub mod filter;
 pub mod usdt;
 
@@ -41,6 +42,8 @@ pub enum Plan {
     Launch(Box<Launch>),
     /// `-l`: list what can be probed in a program.
     List(List),
+    /// `--vars FUNC PROGRAM`: the DWARF variables available at a function's entry.
+    Vars { place: String, program: PathBuf },
     /// `--pid`: attach to a running process.
     Attach(Box<Attach>),
 }
@@ -271,6 +274,10 @@ impl Plan {
         if cli.duration.is_some() {
             return Err(Error::DurationWithoutPid);
         }
+        if let Some(place) = &cli.vars {
+            let program = resolve_program(Path::new(cli.command.first().ok_or(Error::NoProgram)?))?;
+            return Ok(Plan::Vars { place: place.clone(), program });
+        }
         let events = events(&cli, &aggregation)?;
         let serve = serve(&cli)?;
         if cli.list {
@@ -359,6 +366,17 @@ fn events(cli: &Cli, aggregation: &Aggregate) -> Result<Events, Error> {
         let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
         let program = resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?;
         definitions = usdt::translate(&definitions, &program)?;
+    }
+    if definitions.iter().any(|t| dwarf::names_variables(t)) {
+        // DWARF names become fetchargs (registers, offsets) at the function's entry.
+        let program = match cli.pid {
+            Some(pid) => PathBuf::from(format!("/proc/{pid}/exe")),
+            None => {
+                let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
+                resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?
+            }
+        };
+        definitions = dwarf::translate(&definitions, &program)?;
     }
     for def in &definitions {
         if def.contains('\n') {

@@ -156,6 +156,11 @@ fn module_file(module: &str, startup: &[PathBuf]) -> Option<PathBuf> {
     None
 }
 
+/// The file a MODULE names for a probe of `program` (see [`module_file`]).
+pub fn module_path(module: &str, program: &Path) -> Option<PathBuf> {
+    module_file(module, &startup_modules(program))
+}
+
 /// Whether a definition names a USDT marker by name.
 pub fn names_a_marker(text: &str) -> bool {
     def::parse(text).is_ok_and(|d| matches!(d.place, Place::Sdt { .. }))

@@ -2,11 +2,14 @@
 //! (`kernel/trace/trace_probe.c`), parsed into a [`FetchArg`]. Pure: text in, tree out.
 //!
 //! - `%REG` (`%di`, `%ax`, ... as the kernel names them; `%rdi` is taken too), `$stackN`,
-//!   `$stack`, `$retval`, `$comm`, `$argN`, `@ADDR`, `@+OFFSET` (a file offset in the probed
+//!   `$stack`, `$retval`, `$comm`, `$argN`, `$optimized_out` (no value: what `uprobe-run`
+//!   writes for a DWARF variable that is not live at the probe), `@ADDR`, `@+OFFSET` (a file offset in the probed
 //!   file), `\IMM`, `\"STRING"`, and `+|-OFFS(FETCHARG)`, which reads memory and nests;
 //!   beyond the kernel, `+|-OFFS(%BASE,%INDEX,SCALE)` reads memory at an x86 indexed address
 //!   (what a USDT argument spec such as `8@16(%rsp,%rax,8)` names);
-//! - types `u8..u64`, `s8..s64`, `x8..x64`, `char`, `string`, `ustring`, `symbol`, bitfields
+//! - beyond the kernel, `%xmm0`..`%xmm15`: the low 8 bytes of a vector register (`float`
+//!   and `double` arguments and return values), read from the vector state the hit saved;
+//! - types `u8..u64`, `s8..s64`, `x8..x64`, `f32`, `f64` (beyond the kernel), `char`, `string`, `ustring`, `symbol`, bitfields
 //!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
 //!   `x64`, as the kernel shows it; `$comm` is a string.
 //!
@@ -49,6 +52,9 @@ const REGS: [(&str, u8); 21] = [
 pub enum Fetch {
     /// `%REG`: a register.
     Reg(Reg),
+    /// `%xmmN` (0..15): the low 8 bytes of a vector register, where the System V ABI passes
+    /// and returns `float` and `double` (the kernel's uprobes cannot read them).
+    Xmm(u8),
     /// `$stackN`: the Nth word on the stack.
     Stack(u32),
     /// `$stack`: the stack pointer.
@@ -65,6 +71,9 @@ pub enum Fetch {
     FileOffset(u64),
     /// `\IMM`: an immediate number.
     Immediate(u64),
+    /// `$optimized_out`: a value the program does not keep at the probe (a variable its debug
+    /// information says is not live there). Records nothing; shown as `(optimized out)`.
+    OptimizedOut,
     /// `\"TEXT"`: an immediate string.
     ImmediateString(Vec<u8>),
     /// `%BASE,%INDEX,SCALE` inside a dereference: base + index * scale.
@@ -100,6 +109,8 @@ pub enum Base {
     String,
     /// `symbol`: the value as `sym+0xoff`.
     Symbol,
+    /// `f32`, `f64`: an IEEE 754 floating-point number.
+    Float,
 }
 
 /// A bitfield `b<width>@<offset>/<container>`, in bits.
@@ -254,6 +265,12 @@ fn reg(name: &str) -> Option<Reg> {
 }
 
 fn parse_value(text: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
+    if let Some(n) = text.strip_prefix("%xmm") {
+        return match n.parse::<u8>() {
+            Ok(n) if n < 16 => Ok(Fetch::Xmm(n)),
+            _ => err(at, format!("a vector register from %xmm0 to %xmm15, not %xmm{n}")),
+        };
+    }
     if let Some(name) = text.strip_prefix('%') {
         return reg(name).map(Fetch::Reg).ok_or_else(|| ArgError {
             at,
@@ -332,6 +349,7 @@ fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
         "retval" => err(at, "$retval only on a return event (r: or %return)"),
         "comm" => Ok(Fetch::Comm),
         "stack" => Ok(Fetch::StackPointer),
+        "optimized_out" => Ok(Fetch::OptimizedOut),
         _ => {
             if let Some(n) = var.strip_prefix("stack") {
                 return n.parse().map(Fetch::Stack).or(err(at + 6, "a number after $stack"));
@@ -345,7 +363,7 @@ fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
                     Ok(n) => Ok(Fetch::Arg(n)),
                 };
             }
-            err(at, "$stack, $stackN, $retval, $comm or $argN")
+            err(at, "$stack, $stackN, $retval, $comm, $argN or $optimized_out")
         }
     }
 }
@@ -369,6 +387,8 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
         "string" | "ustring" => Type { count, ..Type::STRING },
         "symbol" => simple(Base::Symbol, 64),
         "char" => simple(Base::Char, 8),
+        "f32" => simple(Base::Float, 32),
+        "f64" => simple(Base::Float, 64),
         t if t.starts_with('b') => return parse_bitfield(t, at).map(|ty| Type { count, ..ty }),
         t => {
             let base = match t.as_bytes().first() {
@@ -388,7 +408,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
 
 fn unknown_type(t: &str) -> String {
     format!(
-        "a type (u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
+        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
     )
 }
 
@@ -452,6 +472,11 @@ mod tests {
         assert_eq!(ok("@0x1000:u8").fetch, Fetch::Memory(0x1000));
         assert_eq!(ok("@+0x2000:u32").fetch, Fetch::FileOffset(0x2000));
         assert_eq!(ok("\\42").fetch, Fetch::Immediate(42));
+        assert_eq!(ok("total=$optimized_out").fetch, Fetch::OptimizedOut);
+        assert_eq!(ok("x=%xmm1:f64").fetch, Fetch::Xmm(1));
+        assert_eq!(ok("x=%xmm1:f32").ty, Type { base: Base::Float, size: 4, bitfield: None, count: None });
+        assert!(bad("%xmm16", Site::Entry).what.contains("%xmm0 to %xmm15"));
+        assert!(bad("$optimized_out:string", Site::Entry).what.starts_with("memory for a string"));
         assert_eq!(ok("s=\\\"a:b\"").fetch, Fetch::ImmediateString(b"a:b".to_vec()));
     }
 

@@ -23,7 +23,7 @@ use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
 pub use crate::aggregate::key::{Key, KeyPart, STRING_KEY};
 use crate::aggregate::request::{self, Request, STACK_SLOTS};
 use crate::trace::def::Kind;
-use crate::trace::fetch::{Fetch, FetchArg};
+use crate::trace::fetch::{Base, Fetch, FetchArg};
 use crate::trace::names::glob;
 
 pub const HEADER_WORDS: usize = 32;
@@ -154,6 +154,12 @@ pub enum PlanError {
     NotNumber { option: &'static str, text: String, event: String, arg: String, what: &'static str },
     #[error("--by '{key}': argument {key} of event {event} is an array: a key is one number or string")]
     ArrayKey { key: String, event: String },
+    #[error("--by '{key}': argument {key} of event {event} has no value at the probe (optimized out)")]
+    OptimizedOutKey { key: String, event: String },
+    #[error(
+        "--by '{key}': argument {key} of event {event} is a floating-point number: a key is an integer or a string"
+    )]
+    FloatKey { key: String, event: String },
     #[error("--by '{by}': expected {what}")]
     BadKey { by: String, what: String },
     #[error("--by caller: event {event} is not at a function's entry or return, where the caller is known")]
@@ -177,6 +183,10 @@ fn arg_names(args: &[FetchArg]) -> String {
 fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
     if arg.ty.count.is_some() {
         Some("an array")
+    } else if arg.fetch == Fetch::OptimizedOut {
+        Some("a variable with no value at the probe (optimized out)")
+    } else if arg.ty.base == Base::Float {
+        Some("a floating-point number")
     } else if arg.ty.is_string() || matches!(arg.fetch, Fetch::Comm | Fetch::ImmediateString(_)) {
         Some("a string")
     } else {
@@ -260,6 +270,12 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                 let key = match e.args.iter().position(|a| &a.name == name) {
                     Some(a) if e.args[a].ty.count.is_some() => {
                         return Err(PlanError::ArrayKey { key: name.clone(), event: e.name.to_string() });
+                    }
+                    Some(a) if e.args[a].fetch == Fetch::OptimizedOut => {
+                        return Err(PlanError::OptimizedOutKey { key: name.clone(), event: e.name.to_string() });
+                    }
+                    Some(a) if e.args[a].ty.base == Base::Float => {
+                        return Err(PlanError::FloatKey { key: name.clone(), event: e.name.to_string() });
                     }
                     Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
                     Some(a) => Key::Arg(a),

@@ -41,8 +41,11 @@ extern "C" fn on_sigtrap(_sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_vo
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
     // register array is ours to edit until the handler returns.
     let (code, gregs) = unsafe { ((*info).si_code, &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs) };
+    // SAFETY: as above; the kernel saved the vector state with the signal frame, at fpregs.
+    let fpregs = unsafe { (*(ctx as *mut libc::ucontext_t)).uc_mcontext.fpregs } as usize;
+    let vectors = if fpregs == 0 { 0 } else { fpregs + core::mem::offset_of!(libc::_libc_fpstate, _xmm) };
     let addr = (gregs[libc::REG_RIP as usize] as usize).wrapping_sub(1);
-    if code == SI_KERNEL && dispatch::on_trap(addr, gregs) {
+    if code == SI_KERNEL && dispatch::on_trap(addr, gregs, vectors) {
         return;
     }
     // SAFETY: the kernel's arguments to this handler, passed on.

@@ -42,6 +42,16 @@ pub fn save_full_state() -> bool {
     true
 }
 
+/// Where `save_vectors!` put xmm0 (xmm1..15 follow, 16 bytes apart) when it saved them
+/// below the `struct pt_regs` at `regs` (see `frame`): the xmm-only area, or the XSAVE
+/// area's legacy region.
+pub fn saved_xmm(regs: usize) -> usize {
+    match AREA_SIZE.load(Ordering::Relaxed) as usize {
+        0 => (regs - 256) & !15,
+        size => ((regs - size) & !63) + 160,
+    }
+}
+
 /// Saves the vector registers below %rsp, aligning it (clobbers rax and rdx). The invoking
 /// `global_asm!` names `vector_area`: 0 to save xmm0-15 with plain moves (what a handler
 /// built for x86-64 may change), or the size of an XSAVE area for the whole vector state

@@ -182,7 +182,7 @@ fn hit_section<R>(t: &ThreadState, pp: &ProbePoint, f: impl FnOnce(Option<&Consu
 
 /// A trap at `addr` (the `int3` just executed), with the interrupted registers `gregs`:
 /// handles it and returns true when `addr` is a probe point (signal context).
-pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
+pub fn on_trap(addr: usize, gregs: &mut Gregs, vectors: usize) -> bool {
     let Some(pp) = table::lookup(addr) else {
         return false;
     };
@@ -201,7 +201,9 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs) -> bool {
         None => run_displaced(pp, gregs),
         Some(consumers) => {
             let mut regs = regs_from(gregs, pp.addr);
+            let outer = t.vectors.replace(vectors);
             run_consumers(pp, consumers, &mut regs, t, true);
+            t.vectors.set(outer);
             regs_into(&regs, gregs);
             if regs.rip as usize == pp.addr {
                 run_displaced(pp, gregs);
@@ -319,7 +321,11 @@ extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     regs.ss = 0x2b;
     // SAFETY: the stub was built for this probe point, which is never freed.
     let pp = unsafe { &*(pp as *const ProbePoint) };
-    direct_hit(pp, regs, resume, vectors_saved)
+    let t = thread::current();
+    let outer = t.vectors.replace(if vectors_saved { vector::saved_xmm(area) } else { 0 });
+    let resume = direct_hit(pp, regs, resume, vectors_saved);
+    t.vectors.set(outer);
+    resume
 }
 
 // To the resume address; drops the context word and the red zone.

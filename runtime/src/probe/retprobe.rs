@@ -169,7 +169,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
 
 /// Called by the trampoline with the registers it saved (normal context). Runs the return
 /// handlers of every record for this return and gives the address to resume at.
-extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
+extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     // The trampoline pushed the resume slot and the registers since the `ret` popped.
     let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
     let slot = caller_rsp - 8;
@@ -181,6 +181,8 @@ extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
     let quiet = t.quiet();
     let nested = t.busy.replace(true);
     let saved_errno = t.errno();
+    let area = regs as *mut PtRegs as usize;
+    let outer_vectors = t.vectors.replace(if vectors_saved { crate::insn::vector::saved_xmm(area) } else { 0 });
     let mut resume = 0;
     with_stack(t, |st| {
         // Every record of this slot: the call, and the calls it tail-called, newest first.
@@ -201,6 +203,7 @@ extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
         unsafe { libc::abort() };
     }
     t.set_errno(saved_errno);
+    t.vectors.set(outer_vectors);
     t.busy.set(nested);
     if !nested && t.queued.get() != 0 {
         deferred::run_deferred();

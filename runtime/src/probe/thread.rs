@@ -68,6 +68,9 @@ pub struct ThreadState {
     /// the pool's means none claimed yet (zero: never).
     pub ring: Cell<(u32, u32)>,
     pub block: Cell<(u32, usize)>,
+    /// Where the hit being handled saved xmm0 (the others follow, 16 bytes apart), for
+    /// fetchargs that read `%xmmN`; 0: not saved (see `insn::vector::saved_xmm`).
+    pub vectors: Cell<usize>,
     /// The program believes SIGTRAP blocked on this thread, and a SIGTRAP it sent itself
     /// meanwhile waits for it to unblock (see `hazard::masks`).
     pub trap_blocked: Cell<bool>,
@@ -256,6 +259,7 @@ impl ThreadState {
             block: Cell::new((0, 0)),
             trap_blocked: Cell::new(false),
             trap_pending: Cell::new(false),
+            vectors: Cell::new(0),
         }
     }
 

@@ -6,12 +6,13 @@
 //! type (`%u`, `%d`, `0x%x`, `'%c'`, `"%s"`, `{a,b}` for arrays); a string that could not be
 //! read is `(fault)`, a number that could not be read is 0, as the kernel shows them. JSON
 //! gives numbers for `u`/`s` types and bitfields, `"0x..."` strings for `x` types, strings
-//! for strings, characters and symbols, and `null` for a value that could not be read.
+//! for strings, characters and symbols, and `null` for a value that could not be read or is
+//! `$optimized_out` (in text `(optimized out)`, as gdb says it).
 
 use core::fmt::Write;
 
 use crate::trace::def::Kind;
-use crate::trace::fetch::{Base, FetchArg, Type};
+use crate::trace::fetch::{Base, Fetch, FetchArg, Type};
 use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
 
 /// A fetched value, decoded.
@@ -23,6 +24,8 @@ pub enum Value {
     /// `$comm`: the drain thread knows the thread's name.
     Comm,
     Fault,
+    /// `$optimized_out`: the variable has no value at the probe.
+    OptimizedOut,
     Array(Vec<Value>),
 }
 
@@ -70,6 +73,10 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
     let mut at = args_start(rec)?;
     let mut out = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
+        if arg.fetch == Fetch::OptimizedOut {
+            out.push(Value::OptimizedOut);
+            continue;
+        }
         let faulted = faults & (1 << i) != 0;
         let one = |at: &mut usize| -> Option<Value> {
             if arg.ty.is_string() {
@@ -108,6 +115,14 @@ pub fn signed(ty: &Type, v: u64) -> i64 {
     ty.sign_extend(v)
 }
 
+/// An `f32`/`f64` from its bits (shown as the shortest text that reads back the same number).
+pub fn float(ty: &Type, v: u64) -> f64 {
+    match ty.size {
+        4 => f64::from(f32::from_bits(v as u32)),
+        _ => f64::from_bits(v),
+    }
+}
+
 /// How values are shown: symbols need the process's symbol tables.
 pub trait Symbols {
     fn symbolize(&mut self, addr: u64) -> String;
@@ -133,6 +148,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
         }
         Value::Fault if ty.is_string() => out.extend_from_slice(b"(fault)"),
         Value::Comm => out.extend_from_slice(b"\"\""),
+        Value::OptimizedOut => out.extend_from_slice(b"(optimized out)"),
         Value::Fault => text_value(out, ty, &Value::Num(0), syms),
         Value::Num(raw) => {
             let v = bits_of(ty, *raw);
@@ -150,6 +166,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
                 }
                 Base::Char => out.extend_from_slice(&[b'\'', v as u8, b'\'']),
                 Base::Symbol => out.extend_from_slice(syms.symbolize(v).as_bytes()),
+                Base::Float => out.extend_from_slice(float(ty, v).to_string().as_bytes()),
                 Base::String => {}
             }
         }
@@ -250,7 +267,7 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
             }
             out.push(']');
         }
-        Value::Fault => out.push_str("null"),
+        Value::Fault | Value::OptimizedOut => out.push_str("null"),
         Value::Str(s) => json_string(out, s),
         Value::Comm => out.push_str("\"\""),
         Value::Num(raw) => {
@@ -268,6 +285,8 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
                     json_string(out, syms.symbolize(v).as_bytes());
                     Ok(())
                 }
+                Base::Float if float(ty, v).is_finite() => write!(out, "{}", float(ty, v)),
+                Base::Float => write!(out, "null"),
                 Base::String => Ok(()),
             };
         }

@@ -31,6 +31,10 @@ fn word(regs: &PtRegs, i: u8) -> u64 {
 pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
     match f {
         Fetch::Reg(r) => Some(word(regs, r.0)),
+        Fetch::Xmm(n) => match thread::current().vectors.get() {
+            0 => None,
+            at => usercopy::read_u64(at + 16 * usize::from(*n)),
+        },
         Fetch::StackPointer => Some(regs.rsp),
         Fetch::Stack(n) => usercopy::read_u64(regs.rsp as usize + 8 * *n as usize),
         Fetch::Retval => Some(regs.rax),
@@ -51,7 +55,7 @@ pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
         Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => {
             usercopy::read_u64(address(f, regs, file_base)? as usize)
         }
-        Fetch::Comm | Fetch::ImmediateString(_) => None,
+        Fetch::Comm | Fetch::ImmediateString(_) | Fetch::OptimizedOut => None,
     }
 }
 

@@ -15,6 +15,7 @@
 //!    an array of N numbers: N u64s
 //!    a string: u32 length, then its bytes; FAULT for a fault, COMM for `$comm`
 //!    an array of N strings: N strings
+//!    `$optimized_out`: nothing
 //! ```
 
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
@@ -129,6 +130,8 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
     let count = arg.ty.count.unwrap_or(1) as usize;
     match (&arg.fetch, arg.ty.base) {
         (Fetch::Comm, _) => w.put_u32(COMM).map(|()| true),
+        // Known before the run to have no value here: nothing to record.
+        (Fetch::OptimizedOut, _) => Ok(true),
         (Fetch::ImmediateString(s), _) => {
             let s = &s[..s.len().min(MAX_STRING)];
             w.put_u32(s.len() as u32)?;

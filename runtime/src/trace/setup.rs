@@ -23,6 +23,7 @@ use crate::probe::{deferred, registry, semaphore};
 use crate::trace::def::{self, DefError, Definition, Kind, Place};
 use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
+use crate::trace::fetch::Fetch;
 use crate::trace::resolve::{resolve, where_at};
 use crate::trace::{buffers, clock, filter, record};
 use uprobe_contracts::filter::{self as program, Program};
@@ -305,7 +306,11 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
     });
     let u = Uprobe {
         pid: 0,
-        flags: if s.handlers.vector_free { UPROBE_NO_VECTORS } else { 0 },
+        // A probe that reads %xmmN has the vector registers saved, where the reads find them.
+        flags: match s.handlers.vector_free && !s.def.args.iter().any(|a| matches!(a.fetch, Fetch::Xmm(_))) {
+            true => UPROBE_NO_VECTORS,
+            false => 0,
+        },
         vaddr: t.addr as _,
         handler: Some(s.handlers.entry),
         registration_callback: None,

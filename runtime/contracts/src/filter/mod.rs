@@ -43,6 +43,9 @@ pub enum FieldType {
     String,
     /// An array fetcharg: no comparison takes it.
     Array,
+    /// A floating-point number, or a value that is not there (`$optimized_out`): no
+    /// comparison takes it either.
+    Other,
 }
 
 /// A name a predicate may use on an event.
@@ -68,6 +71,8 @@ pub fn fields_of(def: &Definition) -> Vec<FieldInfo> {
     for (i, a) in def.args.iter().enumerate() {
         let ty = if a.ty.count.is_some() {
             FieldType::Array
+        } else if a.ty.base == Base::Float || a.fetch == Fetch::OptimizedOut {
+            FieldType::Other
         } else if a.ty.is_string() || matches!(a.fetch, Fetch::Comm | Fetch::ImmediateString(_)) {
             FieldType::String
         } else if a.ty.base == Base::Signed && a.ty.bitfield.is_none() {
@@ -115,6 +120,7 @@ fn type_name(a: &crate::fetch::FetchArg) -> String {
         Base::Char => "char".into(),
         Base::String => "string".into(),
         Base::Symbol => "symbol".into(),
+        Base::Float => format!("f{}", t.size * 8),
     };
     match (t.count, &a.fetch) {
         (Some(n), _) => format!("{base}[{n}]"),
@@ -319,6 +325,7 @@ impl Parser<'_, '_> {
         let (ty, shown) = (field.ty, &field.shown);
         match ty {
             FieldType::Array => err(field_at, format!("one value, not {name}, an array ({shown})")),
+            FieldType::Other => err(field_at, format!("an integer or a string, not {name} ({shown})")),
             FieldType::String => {
                 let op = match op {
                     "==" => StrOp::Eq,

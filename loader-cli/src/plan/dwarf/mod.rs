@@ -1,0 +1,539 @@
+//! DWARF variables by name at a function's entry (`-e 'p prog:parse len b->data:string'`) and
+//! its return (`$retval`), as `perf probe` takes them, translated before the program starts
+//! into the fetcharg language the runtime reads (`%si:s32`, `+0(+8(%di)):string`), as [`usdt`]
+//! translates markers. The debug information is the program's own or its separate debug file
+//! (`/usr/lib/debug/.build-id/xx/rest.debug`, `.gnu_debuglink`).
+//!
+//! A value is read where the variable's location (or location list) says it is at the
+//! probe's address; a variable no location covers there is `$optimized_out`, never a guess.
+//!
+//! [`usdt`]: super::usdt
+
+mod access;
+mod location;
+mod types;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use gimli::{EndianSlice, LittleEndian, Operation, UnitOffset, UnwindSection};
+use object::{Object, ObjectSection, ObjectSegment};
+use uprobe_contracts::def::{self, Kind, Place};
+
+use crate::base::error::Error;
+pub use access::Variable;
+pub use location::Loc;
+use types::Table;
+
+type R<'a> = EndianSlice<'a, LittleEndian>;
+
+/// A module's debug information, loaded.
+pub struct Module {
+    /// Where the DWARF was read from (the module, or its separate debug file).
+    pub debug_path: PathBuf,
+    sections: HashMap<gimli::SectionId, Vec<u8>>,
+    /// `.eh_frame` of the module: (its address, its bytes).
+    eh_frame: Option<(u64, Vec<u8>)>,
+    /// (link-time address, file offset, size in the file) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl Module {
+    /// The debug information of `path`, or why there is none.
+    pub fn load(path: &Path) -> Result<Module, String> {
+        let data = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (s.address(), offset, size)
+            })
+            .collect();
+        let eh_frame = file.section_by_name(".eh_frame").and_then(|s| Some((s.address(), s.data().ok()?.to_vec())));
+        let (debug_path, sections) = match file.section_by_name(".debug_info") {
+            Some(_) => (path.to_path_buf(), sections_of(&file)?),
+            None => {
+                let debug = separate_debug_file(&file, path).ok_or_else(|| {
+                    format!(
+                        "{} has no DWARF debug information (built without -g, or stripped; no debug file in /usr/lib/debug)",
+                        path.display()
+                    )
+                })?;
+                let bytes = fs::read(&debug).map_err(|e| format!("{}: {e}", debug.display()))?;
+                let dfile = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", debug.display()))?;
+                (debug.clone(), sections_of(&dfile)?)
+            }
+        };
+        Ok(Module { debug_path, sections, eh_frame, segments })
+    }
+
+    fn dwarf(&self) -> gimli::Dwarf<R<'_>> {
+        let load = |id: gimli::SectionId| -> Result<R<'_>, gimli::Error> {
+            Ok(EndianSlice::new(self.sections.get(&id).map_or(&[][..], |v| &v[..]), LittleEndian))
+        };
+        gimli::Dwarf::load(load).expect("loading from memory cannot fail")
+    }
+
+    /// The file offset of link-time address `vaddr`.
+    pub fn offset_of(&self, vaddr: u64) -> Option<u64> {
+        self.segments.iter().find(|&&(v, _, n)| v <= vaddr && vaddr < v + n).map(|&(v, o, _)| o + (vaddr - v))
+    }
+
+    /// The CFA at `pc` as a register and an offset, from `.eh_frame`.
+    fn cfa(&self, pc: u64) -> Result<(&'static str, i64), String> {
+        let (addr, bytes) =
+            self.eh_frame.as_ref().ok_or("the module has no .eh_frame to find the frame at the probe")?;
+        let eh = gimli::EhFrame::new(bytes, LittleEndian);
+        let bases = gimli::BaseAddresses::default().set_eh_frame(*addr);
+        let mut ctx = Box::new(gimli::UnwindContext::new());
+        let row = eh
+            .unwind_info_for_address(&bases, &mut ctx, pc, gimli::EhFrame::cie_from_offset)
+            .map_err(|e| format!("no call frame information at {pc:#x} ({e})"))?;
+        match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset { register, offset } => Ok((location::general(*register)?, *offset)),
+            gimli::CfaRule::Expression(_) => Err(format!("the frame at {pc:#x} is given by an expression")),
+        }
+    }
+
+    /// The names of the functions with code in this module (for a refusal).
+    fn function_names(&self) -> Vec<String> {
+        let dwarf = self.dwarf();
+        let mut out = Vec::new();
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            let Ok(unit) = dwarf.unit(header) else { continue };
+            let mut entries = unit.entries();
+            while let Ok(Some((_, e))) = entries.next_dfs() {
+                if e.tag() == gimli::DW_TAG_subprogram && low_pc(&dwarf, &unit, e).is_some() {
+                    if let Some(n) = name(&dwarf, &unit, e) {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The function named `func`, with the variables available `offset` bytes into it.
+    pub fn function(&self, func: &str, offset: u64) -> Result<Function, String> {
+        let dwarf = self.dwarf();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().map_err(|e| e.to_string())? {
+            let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
+            let mut entries = unit.entries();
+            while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
+                if e.tag() != gimli::DW_TAG_subprogram || name(&dwarf, &unit, e).as_deref() != Some(func) {
+                    continue;
+                }
+                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                return self.function_at(&dwarf, &unit, e.offset(), func, entry, entry + offset);
+            }
+        }
+        let names = self.function_names();
+        Err(format!(
+            "no function {func} in the DWARF of {}{}",
+            self.debug_path.display(),
+            closest(func, &names, "functions it has")
+        ))
+    }
+
+    /// The variables available at link-time address `pc` of this module, in the function
+    /// whose code covers it (for line places and `--vars FUNC:LINE`).
+    #[allow(dead_code)] // for line places (`FILE:LINE`), which resolve to addresses
+    pub fn variables_at(&self, pc: u64) -> Result<Function, String> {
+        let dwarf = self.dwarf();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().map_err(|e| e.to_string())? {
+            let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
+            let mut entries = unit.entries();
+            while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
+                if e.tag() != gimli::DW_TAG_subprogram {
+                    continue;
+                }
+                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                let mut ranges = dwarf.die_ranges(&unit, e).map_err(|e| e.to_string())?;
+                let mut inside = false;
+                while let Ok(Some(r)) = ranges.next() {
+                    inside |= r.begin <= pc && pc < r.end;
+                }
+                if inside {
+                    let func = name(&dwarf, &unit, e).unwrap_or_default();
+                    return self.function_at(&dwarf, &unit, e.offset(), &func, entry, pc);
+                }
+            }
+        }
+        Err(format!("no function's code covers {pc:#x} in the DWARF of {}", self.debug_path.display()))
+    }
+
+    fn function_at<'a>(
+        &self,
+        dwarf: &gimli::Dwarf<R<'a>>,
+        unit: &gimli::Unit<R<'a>>,
+        at: UnitOffset,
+        func: &str,
+        entry: u64,
+        pc: u64,
+    ) -> Result<Function, String> {
+        let die = unit.entry(at).map_err(|e| e.to_string())?;
+        let frame_ops = match die.attr_value(gimli::DW_AT_frame_base).ok().flatten() {
+            Some(gimli::AttributeValue::Exprloc(e)) => ops(&e, unit.encoding()),
+            _ => Vec::new(),
+        };
+        let frame_base = location::frame_base(&frame_ops, self.cfa(pc)).and_then(|fb| {
+            // Without optimization, the frame pointer and the parameters' stack slots are set
+            // up by the prologue: at the entry they hold what was there before.
+            match pc == entry && fb.0 != "sp" {
+                true => Err(format!(
+                    "at the entry of {func}, its frame base (%{}) is not set up yet (a program built without optimization)",
+                    fb.0
+                )),
+                false => Ok(fb),
+            }
+        });
+        let file_offset = |a: u64| self.offset_of(a);
+        let mut vars = Vec::new();
+        let mut tree = unit.entries_tree(Some(at)).map_err(|e| e.to_string())?;
+        collect(dwarf, unit, tree.root().map_err(|e| e.to_string())?, pc, &mut vars)?;
+        let types = Table::read(dwarf, unit);
+        let variables = vars
+            .into_iter()
+            .map(|(name, param, ty, attr, konst)| {
+                let size = types.size(ty).unwrap_or(8);
+                let cx = location::Context {
+                    frame_base: frame_base.clone(),
+                    at_entry: pc == entry,
+                    file_offset: &file_offset,
+                    size,
+                };
+                let loc = match (attr, konst) {
+                    (Some(attr), _) => match expression_at(dwarf, unit, attr, pc) {
+                        Ok(Some(e)) => {
+                            let inner = |r: &R<'a>| Some(ops(&gimli::Expression(*r), unit.encoding()));
+                            location::place(&ops(&e, unit.encoding()), &cx, &inner)
+                        }
+                        Ok(None) => Ok(Loc::OptimizedOut),
+                        Err(e) => Err(e),
+                    },
+                    (None, Some(v)) => Ok(Loc::Const(v)),
+                    (None, None) => Ok(Loc::OptimizedOut),
+                };
+                Variable { name, type_name: types.name(ty), param, loc, ty }
+            })
+            .collect();
+        Ok(Function { name: func.into(), variables, types })
+    }
+}
+
+/// A function found, with its variables at the probe.
+pub struct Function {
+    pub name: String,
+    pub variables: Vec<Variable>,
+    types: Table,
+}
+
+/// The sections of DWARF, uncompressed.
+fn sections_of(file: &object::File<'_>) -> Result<HashMap<gimli::SectionId, Vec<u8>>, String> {
+    let mut out = HashMap::new();
+    for id in [
+        gimli::SectionId::DebugAbbrev,
+        gimli::SectionId::DebugAddr,
+        gimli::SectionId::DebugInfo,
+        gimli::SectionId::DebugLine,
+        gimli::SectionId::DebugLineStr,
+        gimli::SectionId::DebugLoc,
+        gimli::SectionId::DebugLocLists,
+        gimli::SectionId::DebugRanges,
+        gimli::SectionId::DebugRngLists,
+        gimli::SectionId::DebugStr,
+        gimli::SectionId::DebugStrOffsets,
+    ] {
+        if let Some(s) = file.section_by_name(id.name()) {
+            let data: Cow<'_, [u8]> = s
+                .uncompressed_data()
+                .map_err(|_| format!("section {} is compressed, which uprobe-run does not read", id.name()))?;
+            out.insert(id, data.into_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// The separate debug file: by build id, then by `.gnu_debuglink`.
+fn separate_debug_file(file: &object::File<'_>, path: &Path) -> Option<PathBuf> {
+    if let Ok(Some(id)) = file.build_id() {
+        if id.len() > 1 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let (name, _crc) = file.gnu_debuglink().ok().flatten()?;
+    let name = String::from_utf8_lossy(name).into_owned();
+    let dir = fs::canonicalize(path).ok()?.parent()?.to_path_buf();
+    let candidates = [
+        dir.join(&name),
+        dir.join(".debug").join(&name),
+        Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(&dir)).join(&name),
+    ];
+    candidates.into_iter().find(|p| p.is_file() && p != path)
+}
+
+fn ops<'a>(e: &gimli::Expression<R<'a>>, enc: gimli::Encoding) -> Vec<Operation<R<'a>>> {
+    let mut out = Vec::new();
+    let mut it = (*e).operations(enc);
+    while let Ok(Some(op)) = it.next() {
+        out.push(op);
+    }
+    out
+}
+
+fn low_pc(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    e: &gimli::DebuggingInformationEntry<R<'_>>,
+) -> Option<u64> {
+    if e.attr_value(gimli::DW_AT_declaration).ok().flatten().is_some() {
+        return None;
+    }
+    dwarf.attr_address(unit, e.attr_value(gimli::DW_AT_low_pc).ok().flatten()?).ok().flatten()
+}
+
+fn abstract_origin(unit: &gimli::Unit<R<'_>>, e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
+    for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+        if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(at) {
+            let _ = unit;
+            return Some(o);
+        }
+    }
+    None
+}
+
+/// A DIE's name, its own or its abstract origin's.
+fn name(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    e: &gimli::DebuggingInformationEntry<R<'_>>,
+) -> Option<String> {
+    let mut e = e.clone();
+    for _ in 0..4 {
+        if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_name) {
+            return dwarf.attr_string(unit, v).ok().map(|s| s.to_string_lossy().into_owned());
+        }
+        e = unit.entry(abstract_origin(unit, &e)?).ok()?;
+    }
+    None
+}
+
+fn type_of(unit: &gimli::Unit<R<'_>>, at: UnitOffset) -> Option<UnitOffset> {
+    let mut e = unit.entry(at).ok()?;
+    for _ in 0..4 {
+        if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(gimli::DW_AT_type) {
+            return Some(o);
+        }
+        e = unit.entry(abstract_origin(unit, &e)?).ok()?;
+    }
+    None
+}
+
+type Found<'a> = (String, bool, Option<UnitOffset>, Option<gimli::AttributeValue<R<'a>>>, Option<u64>);
+
+/// The parameters and the variables in scope at `pc` under `node` (lexical blocks that cover it).
+fn collect<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    node: gimli::EntriesTreeNode<'_, '_, '_, R<'a>>,
+    pc: u64,
+    out: &mut Vec<Found<'a>>,
+) -> Result<(), String> {
+    let mut children = node.children();
+    while let Some(child) = children.next().map_err(|e| e.to_string())? {
+        let e = child.entry();
+        match e.tag() {
+            gimli::DW_TAG_formal_parameter | gimli::DW_TAG_variable => {
+                let Some(n) = name(dwarf, unit, e) else { continue };
+                let ty = type_of(unit, e.offset());
+                let loc = e.attr_value(gimli::DW_AT_location).ok().flatten();
+                let konst = match e.attr_value(gimli::DW_AT_const_value).ok().flatten() {
+                    Some(gimli::AttributeValue::Sdata(v)) => Some(v as u64),
+                    Some(v) => v.udata_value(),
+                    None => None,
+                };
+                out.push((n, e.tag() == gimli::DW_TAG_formal_parameter, ty, loc, konst));
+            }
+            gimli::DW_TAG_lexical_block => {
+                let mut ranges = dwarf.die_ranges(unit, e).map_err(|e| e.to_string())?;
+                let mut inside = false;
+                while let Ok(Some(r)) = ranges.next() {
+                    inside |= r.begin <= pc && pc < r.end;
+                }
+                if inside {
+                    collect(dwarf, unit, child, pc, out)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The location expression of a variable at `pc`: None when no entry of its list covers it.
+fn expression_at<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    attr: gimli::AttributeValue<R<'a>>,
+    pc: u64,
+) -> Result<Option<gimli::Expression<R<'a>>>, String> {
+    if let gimli::AttributeValue::Exprloc(e) = attr {
+        return Ok(Some(e));
+    }
+    let Some(offset) = dwarf.attr_locations_offset(unit, attr).map_err(|e| e.to_string())? else {
+        return Err("its location has a form this version does not read".into());
+    };
+    let mut list = dwarf.locations(unit, offset).map_err(|e| e.to_string())?;
+    while let Some(entry) = list.next().map_err(|e| e.to_string())? {
+        if entry.range.begin <= pc && pc < entry.range.end {
+            return Ok(Some(entry.data));
+        }
+    }
+    Ok(None)
+}
+
+/// `(NAMES it has: a, b)`, the likeliest first.
+fn closest(wanted: &str, have: &[String], what: &str) -> String {
+    if have.is_empty() {
+        return format!(" (it has no {what})");
+    }
+    let mut ranked: Vec<&String> = have.iter().collect();
+    let common = |s: &str| s.bytes().zip(wanted.bytes()).take_while(|(a, b)| a == b).count();
+    ranked.sort_by_key(|s| std::cmp::Reverse(common(s)));
+    let list: Vec<&str> = ranked.iter().take(10).map(|s| s.as_str()).collect();
+    let more = if have.len() > 10 { ", ..." } else { "" };
+    format!(" ({what}: {}{more})", list.join(", "))
+}
+
+/// The fetcharg words of a definition (after WHERE, before `if`).
+fn fetch_words(text: &str) -> Vec<&str> {
+    def::words(text).into_iter().skip(2).map(|(_, w)| w).take_while(|&w| w != "if").collect()
+}
+
+/// Whether a definition names DWARF variables.
+pub fn names_variables(text: &str) -> bool {
+    fetch_words(text).iter().any(|w| access::is_dwarf(w))
+}
+
+/// The definitions with each DWARF name replaced by its fetcharg; the others unchanged.
+/// `program` is where a function without a MODULE is looked up.
+pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> {
+    let mut loaded: HashMap<PathBuf, Module> = HashMap::new();
+    let mut out = Vec::with_capacity(defs.len());
+    for text in defs {
+        if !names_variables(text) {
+            out.push(text.clone());
+            continue;
+        }
+        let refuse = |reason: String| Error::Usdt { def: text.clone(), reason };
+        let words = def::words(text);
+        let (head, place) = match words.as_slice() {
+            [(_, h), (_, p), ..] => (*h, *p),
+            _ => return Err(refuse("p FUNC, then the variables".into())),
+        };
+        let probe = def::parse(&format!("{head} {place}")).map_err(|e| refuse(e.to_string()))?;
+        let Place::Symbol { module, name, offset } = &probe.place else {
+            return Err(refuse("DWARF variables are read at a function: WHERE is FUNC[+OFFSET] or MODULE:FUNC".into()));
+        };
+        if def::is_glob(name) {
+            return Err(refuse(format!("DWARF variables are read at one function, not a glob ({name})")));
+        }
+        let file = match module {
+            None => program.to_path_buf(),
+            Some(m) => super::usdt::module_path(m, program)
+                .ok_or_else(|| refuse(format!("no module {m:?}: not the program, none of its libraries")))?,
+        };
+        if !loaded.contains_key(&file) {
+            loaded.insert(file.clone(), Module::load(&file).map_err(&refuse)?);
+        }
+        let m = &loaded[&file];
+        let f = m.function(name, *offset).map_err(&refuse)?;
+        let mut args = Vec::new();
+        for w in fetch_words(text) {
+            if !access::is_dwarf(w) {
+                args.push(w.to_string());
+                continue;
+            }
+            if probe.kind == Kind::Return {
+                return Err(refuse(format!(
+                    "{w}: at a return only $retval can be read (the parameters' registers are not kept)"
+                )));
+            }
+            let body = w.split_once('=').map_or(w, |(_, b)| b);
+            match body {
+                "$params" | "$vars" => {
+                    for v in f.variables.iter().filter(|v| v.param || body == "$vars") {
+                        let a = access::Access { name: None, var: v.name.clone(), steps: Vec::new(), ty: None };
+                        // Those that cannot be shown (a struct by value, a float) are left out, as
+                        // `perf probe` leaves them.
+                        if let Ok(arg) = access::fetcharg(&a, &f.variables, &f.types, &f.name) {
+                            args.push(arg);
+                        }
+                    }
+                }
+                _ => {
+                    let a = access::Access::parse(w).map_err(&refuse)?;
+                    args.push(access::fetcharg(&a, &f.variables, &f.types, &f.name).map_err(&refuse)?);
+                }
+            }
+        }
+        let mut line = format!("{head} {place}");
+        for a in &args {
+            line.push(' ');
+            line.push_str(a);
+        }
+        if let Some(&(at, _)) = words.iter().find(|&&(_, w)| w == "if") {
+            line.push(' ');
+            line.push_str(&text[at..]);
+        }
+        out.push(line);
+    }
+    Ok(out)
+}
+
+/// `--vars FUNC[+OFFSET]`: the variables available there, as `perf probe -V` shows them.
+pub fn list(place: &str, program: &Path) -> Result<String, String> {
+    let (module, func) = match place.rsplit_once(':') {
+        Some((m, f)) => (Some(m), f),
+        None => (None, place),
+    };
+    let (func, offset) = match func.split_once('+') {
+        Some((f, o)) => (
+            f,
+            uprobe_contracts::fetch::number(o).filter(|&v| v >= 0).ok_or(format!("{place}: an offset after '+'"))?
+                as u64,
+        ),
+        None => (func, 0),
+    };
+    let file = match module {
+        None => program.to_path_buf(),
+        Some(m) => super::usdt::module_path(m, program)
+            .ok_or(format!("no module {m:?}: not the program, none of its libraries"))?,
+    };
+    let m = Module::load(&file)?;
+    let f = m.function(func, offset)?;
+    let mut out = format!("Available variables at {func}\n\t@<{func}+{offset}>\n");
+    for v in &f.variables {
+        let access = access::Access { name: None, var: v.name.clone(), steps: Vec::new(), ty: None };
+        let note = match (&v.loc, access::fetcharg(&access, &f.variables, &f.types, &f.name)) {
+            (Ok(Loc::OptimizedOut), _) => "\t(optimized out)".to_string(),
+            (Err(why), _) => format!("\t(cannot be read: {why})"),
+            (_, Ok(arg)) => format!("\t{}", arg.split_once('=').map_or("", |(_, f)| f)),
+            (_, Err(why)) => format!("\t({why})"),
+        };
+        out.push_str(&format!("\t\t{}\t{}{note}\n", v.type_name, v.name));
+    }
+    Ok(out)
+}

@@ -1,0 +1,235 @@
+//! DWARF variables by name (`-e 'p parse len b->data:string'`): parameters, struct fields
+//! through pointers and dots, array elements, signed, unsigned, bool and enum values, a
+//! constant and a variable not live at the entry (`(optimized out)`), in events and in
+//! `--count --by`; `--vars FUNC`; the same places read by the kernel's uprobes through
+//! `perf probe`; bad names refused before the program starts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use uprobe_tests::{fixture, gcc, run_plain, run_uprobe, tracefs, uprobe_run, Run};
+
+fn prog() -> PathBuf {
+    fixture("dwarfvars", &["-O2", "-g", "-Wall", "-Wextra"])
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The `NAME=VALUE` text of each record of `event`, in order.
+fn records(run: &Run, event: &str) -> Vec<String> {
+    let tag = format!(" {event}: (");
+    run.output
+        .lines()
+        .filter_map(|l| l.split_once(&tag))
+        .map(|(_, rest)| rest.split_once(") ").map_or("", |(_, a)| a).to_string())
+        .collect()
+}
+
+const PARSE: &str = "p parse len b->data:string flags b->arr[2] b->in.s b->in.c b->col b->ok name:string blen=b->len";
+
+#[test]
+fn parameters_fields_and_elements_print_their_c_values() {
+    let prog = prog();
+    let plain = run_plain(&prog, &[]);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "r=103\n");
+    let run = run_uprobe(&["-e", PARSE, "-e", "p classify sc flag c u", "-e", "p sum scaled n a[1] total", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout, "r=103\n");
+    assert_eq!(
+        records(&run, "parse"),
+        [
+            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=41"#,
+            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=6 ok=1 name="second" blen=42"#,
+            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=43"#,
+        ]
+    );
+    assert_eq!(
+        records(&run, "classify"),
+        ["sc=-3 flag=1 c=5 u=65535", "sc=4 flag=0 c=6 u=1", "sc=0 flag=1 c=6 u=2", "sc=127 flag=1 c=0 u=3"]
+    );
+    // `scaled` is computed in the body; gcc says `total` is 0 from the entry on.
+    assert_eq!(records(&run, "sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
+}
+
+#[test]
+fn floats_and_doubles_come_from_the_vector_registers() {
+    let prog = prog();
+    let run = run_uprobe(&[
+        "-e",
+        "p scale x f n",
+        "-e",
+        "r scale r=%xmm0:f64",
+        "-e",
+        "p halve v",
+        "-e",
+        "r halve r=%xmm0:f32",
+        "-e",
+        "p:d/field parse d=b->d",
+        s(&prog),
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(records(&run, "scale"), ["x=1.5 f=2 n=3", "x=-0.25 f=0.5 n=-1"]);
+    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
+    assert_eq!(records(&run, "halve"), ["v=5"]);
+    assert_eq!(records(&run, "halve__return"), ["r=2.5"]);
+    assert_eq!(records(&run, "field"), ["d=2.5", "d=2.5", "d=2.5"]);
+    // The whole vector state (XSAVE) keeps xmm0..15 where the legacy area has them.
+    let run = run_uprobe(&["--full-vector-state", "-e", "p scale x f", "-e", "r scale r=%xmm0:f64", s(&prog)]);
+    assert_eq!(records(&run, "scale"), ["x=1.5 f=2", "x=-0.25 f=0.5"], "{}", run.stderr);
+    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
+    // Counted events save the vectors too when they read one (a key of the others).
+    let run = run_uprobe(&["--count", "--by", "n", "-e", "p scale x n", s(&prog), "3"]);
+    assert!(run.output.contains("count scale by n: 6 hits, 2 keys"), "{}", run.output);
+}
+
+#[test]
+fn params_and_vars_expand_and_json_has_null_for_optimized_out() {
+    let prog = prog();
+    let run = run_uprobe(&["--format", "json", "-e", "p:d/p parse $params", "-e", "p:d/v sum $vars", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let p: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"p""#)).collect();
+    assert_eq!(p.len(), 3, "{}", run.output);
+    assert!(p[1].contains(r#""len":3,"flags":32,"name":"0x"#), "{}", p[1]);
+    let v: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"v""#)).collect();
+    assert_eq!(v.len(), 1, "{}", run.output);
+    assert!(v[0].contains(r#""n":4,"total":0,"scaled":null}"#), "{}", v[0]);
+}
+
+#[test]
+fn counts_by_dwarf_names() {
+    let prog = prog();
+    let run = run_uprobe(&["--count", "--by", "flag,c", "-e", "p classify flag c", s(&prog), "2"]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let table: Vec<&str> = run.output.lines().skip_while(|l| !l.starts_with("count classify")).collect();
+    assert_eq!(table[0], "count classify by flag,c: 8 hits, 4 keys");
+    let rows: BTreeMap<String, u64> = table[2..]
+        .iter()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (format!("{} {}", w[0], w[1]), w[2].parse().unwrap())
+        })
+        .collect();
+    let want: BTreeMap<String, u64> =
+        [("0 6", 2), ("1 0", 2), ("1 5", 2), ("1 6", 2)].iter().map(|&(k, n)| (k.to_string(), n)).collect();
+    assert_eq!(rows, want, "{}", run.output);
+    let run = run_uprobe(&["--count", "--by", "scaled", "-e", "p sum scaled", s(&prog)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        run.stderr.contains("argument scaled of event sum has no value at the probe (optimized out)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout, "", "refused before the program ran");
+}
+
+#[test]
+fn vars_lists_what_is_available_at_the_entry() {
+    let prog = prog();
+    let out = Command::new(uprobe_run()).args(["--vars", "sum", s(&prog)]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Available variables at sum\n\t@<sum+0>\n\t\tconst int*\ta\t%di:x64\n\t\tint\tn\t%si:s32\n\
+         \t\tlong int\ttotal\t\\0:s64\n\t\tint\tscaled\t(optimized out)\n"
+    );
+}
+
+#[test]
+fn bad_names_are_refused_with_what_exists() {
+    let prog = prog();
+    let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
+    let cases: [(&str, &str); 8] = [
+        ("p parse lenx", "no variable lenx at parse (it has: b, len, flags, name, acc)"),
+        ("p parse b->nope", "no field nope in struct buf (it has: len, data, arr, in, col, ok, d)"),
+        ("p parse b.len", "b is a pointer: use '->'"),
+        ("p parse b->arr[9]", "b->arr[9]: b->arr has 4 elements"),
+        ("p parse b", ""),
+        ("p nofunc x", "no function nofunc in the DWARF of"),
+        ("r parse len", "at a return only $retval can be read"),
+        ("p parse b->in.s:string", "b->in.s (of type short int): :string reads a char pointer or array"),
+    ];
+    for (def, why) in cases {
+        let run = run_uprobe(&["-e", def, s(&prog)]);
+        if why.is_empty() {
+            assert!(run.status.success(), "{def}: {}", run.stderr);
+            continue;
+        }
+        assert_eq!(run.status.code(), Some(2), "{def}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{def}: {}", run.stderr);
+        assert!(run.stderr.contains(why), "{def}: {}", run.stderr);
+        assert_eq!(run.stdout, "", "{def}: the program must not start");
+    }
+    let run = run_uprobe(&["-e", "p parse len", s(&nodebug)]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.stderr.contains("has no DWARF debug information"), "{}", run.stderr);
+}
+
+/// perf probe's values of the same places, read by the kernel's uprobes on a plain run.
+#[test]
+fn values_equal_what_perf_probe_reads_with_the_kernel() {
+    let prog = prog();
+    let Ok(tracing) = tracefs() else {
+        eprintln!("skipped: no writable tracefs (needs root)");
+        return;
+    };
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let event = format!("dv{}", std::process::id());
+    let spec = format!("{event}=parse len flags b->arr[2] b->in.s b->in.c b->col b->ok b->data:string");
+    let added = Command::new("perf").args(["probe", "-x", s(&prog), "-a", &spec]).output().unwrap();
+    if !added.status.success() {
+        eprintln!("skipped: perf probe could not add the event: {}", String::from_utf8_lossy(&added.stderr));
+        return;
+    }
+    let group = format!("probe_{}", "dwarfvars");
+    let enable = tracing.join("events").join(&group).join(&event).join("enable");
+    std::fs::write(&enable, "1").unwrap();
+    let plain = run_plain(&prog, &[]);
+    std::fs::write(&enable, "0").unwrap();
+    let trace = std::fs::read_to_string(tracing.join("trace")).unwrap_or_default();
+    let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{event}")]).output();
+    assert!(plain.status.success());
+    let pid = format!("-{}", plain_pid(&trace, &event).unwrap_or_default());
+    // perf shows unsigned values in hex: compare numbers.
+    let number = |v: &str| -> String {
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).map_or(v.to_string(), |n| n.to_string()),
+            None => v.to_string(),
+        }
+    };
+    let normal = |args: &str| -> Vec<String> {
+        args.split_whitespace()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                format!("{k}={}", number(v))
+            })
+            .collect()
+    };
+    let kernel: Vec<Vec<String>> = trace
+        .lines()
+        .filter(|l| l.contains(&pid) && l.contains(&format!(" {event}: (")))
+        .map(|l| normal(l.split_once(") ").map_or("", |(_, a)| a)))
+        .collect();
+    assert_eq!(kernel.len(), 3, "{trace}");
+    let ours = run_uprobe(&[
+        "-e",
+        &format!("p:t/{event} parse len flags b->arr[2] b->in.s b->in.c b->col b->ok b->data:string"),
+        s(&prog),
+    ]);
+    assert!(ours.status.success(), "{}", ours.stderr);
+    let ours: Vec<Vec<String>> = records(&ours, &event).iter().map(|a| normal(a)).collect();
+    assert_eq!(ours, kernel);
+}
+
+/// The pid of the run that hit `event` in the trace (the `comm-PID` word).
+fn plain_pid(trace: &str, event: &str) -> Option<String> {
+    let line = trace.lines().find(|l| l.contains(&format!(" {event}: (")))?;
+    let word = line.split_whitespace().next()?;
+    Some(word.rsplit_once('-')?.1.to_string())
+}
