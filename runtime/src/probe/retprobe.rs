@@ -122,7 +122,9 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mu
         // A return address that is already the trampoline's: a hooked function tail-called
         // this one, whose return is the same.
         let chained = ret == tramp;
-        st.collect(slot, chained, tramp, false, &mut |f, why| count_left(f, why));
+        if st.depth != 0 {
+            st.collect(slot, chained, tramp, false, &mut |f, why| count_left(f, why));
+        }
         let orig = if chained {
             match st.find(slot) {
                 Lookup::Found(i) => st.frames[i].orig,
@@ -238,7 +240,9 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
             }
             st.remove(i);
         }
-        st.collect(slot, true, trampoline(), false, &mut |f, why| count_left(f, why));
+        if st.depth != 0 {
+            st.collect(slot, true, trampoline(), false, &mut |f, why| count_left(f, why));
+        }
     });
     if resume == 0 {
         vector::saving_vectors(|| {
