@@ -241,7 +241,7 @@ fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
 }
 
 /// The entry handler of every timed function: notes the time and counts the call.
-/// Vector-free, as [`counted`].
+/// Vector-free, as the counting handler.
 ///
 /// # Safety
 /// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is
