@@ -21,7 +21,7 @@
 //! by the interposed functions; all of them run with the thread marked busy (see `thread`), so
 //! they never interleave.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
 use crate::base::output;
@@ -118,6 +118,9 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mu
     let ret = unsafe { *(slot as *const usize) };
     let tramp = trampoline();
     let vectors = Consumer::Uretprobe(rp).needs_vectors();
+    if !vectors && !VECTOR_FREE_RETURNS.load(Ordering::Relaxed) {
+        VECTOR_FREE_RETURNS.store(true, Ordering::Relaxed);
+    }
     with_stack(t, |st| {
         // A return address that is already the trampoline's: a hooked function tail-called
         // this one, whose return is the same.
@@ -193,6 +196,10 @@ fn pending(st: &ReturnStack, rp: *mut Uretprobe) -> usize {
     vector::saving_vectors(|| n = st.pending(rp));
     n
 }
+
+/// Whether a return probe declared vector-free was ever entered: until then every return
+/// saves the vector registers without asking its record (read by the trampoline).
+static VECTOR_FREE_RETURNS: AtomicBool = AtomicBool::new(false);
 
 /// Called by the trampoline once it saved the general registers (`regs`), before the vector
 /// registers: whether to save them, i.e. whether the probe of the return's newest record
@@ -309,7 +316,7 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
 
 // The pushed 0 becomes the address to resume at.
 // The vectors are saved where the return's record says its probe needs them
-// (`return_vectors`). The way out is an indirect jump, not a `ret`: the return that came
+// (`return_vectors`), asked only once a vector-free return probe was entered. The way out is an indirect jump, not a `ret`: the return that came
 // here already took the caller's entry of the return-stack buffer, and a second `ret` would
 // take (and mispredict) its caller's, leaving every later return of the program one entry
 // off. The resume address is read just below the stack pointer, in the red zone, which
@@ -317,10 +324,11 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
 crate::insn::frame::trap_free_entry!(
     "uprobe_ret_trampoline",
     "push 0",
-    "mov rdi, rbx\n call {choose}\n mov r12d, eax",
+    "mov r12d, 1\n cmp byte ptr [rip + {free}], 0\n je 77f\n mov rdi, rbx\n call {choose}\n mov r12d, eax\n 77:",
     return_hit,
     "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]";
-    choose = sym return_vectors
+    choose = sym return_vectors;
+    free = sym VECTOR_FREE_RETURNS
 );
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before
