@@ -35,8 +35,9 @@ enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
  * saving xmm0-15 (or, with --full-vector-state, the whole XSAVE state) around them; one
  * probe at the place without the flag keeps the save for all. A handler that breaks the
  * promise corrupts the probed program's floating-point values: build such handlers with
- * -mgeneral-regs-only to let the compiler check it. Return probes (struct uretprobe) save
- * the registers whatever the flag says.
+ * -mgeneral-regs-only to let the compiler check it. A return probe (struct uretprobe) sets
+ * it in rp.u.flags for its entry handler and its return handler together: its entry and its
+ * return then skip the save.
  */
 #define UPROBE_NO_VECTORS 1u
 

@@ -12,10 +12,8 @@ use uprobe_tests::*;
 /// Where a walk of the hit path stops, and why it may:
 /// - `uprobe_vector_safe` saves the vector registers around the code it calls (which it gets
 ///   by pointer, so the walk does not follow it anyway);
-/// - `retprobe::on_entry` runs only for return probes, whose points always save them, and
-///   through `uprobe_vector_safe` where a hit began before such a probe was registered;
 /// - `core::panicking`: a bounds check that fails aborts the process (`panic = "abort"`).
-const STOPS: [&str; 3] = ["uprobe_vector_safe", "5probe8retprobe8on_entry17h", "4core9panicking"];
+const STOPS: [&str; 2] = ["uprobe_vector_safe", "4core9panicking"];
 
 /// Functions of other objects the walk may meet, and why:
 /// - `__errno_location`: called only before start-up measured errno's place (no probe exists
@@ -119,11 +117,23 @@ fn walk(data: &[u8], start: &str) -> (usize, Vec<String>) {
 }
 
 #[test]
-fn the_hit_path_and_the_aggregation_handler_touch_no_vector_register() {
+fn the_hit_paths_and_the_runtimes_own_handlers_touch_no_vector_register() {
     ensure_built();
     let data = std::fs::read(artefact("libuprobe.so")).unwrap();
-    // The Rust side of a jump hit, and the handler of every counted entry event.
-    for start in ["5probe8dispatch8jump_hit17h", "9aggregate3hit8on_entry17h"] {
+    // The Rust side of a jump hit (return probes' entries included), the trampoline's
+    // choice and the Rust side of a return, and the handlers of every counted entry and
+    // return event, of `--latency`'s timed calls and of the trace stream's records.
+    for start in [
+        "5probe8dispatch8jump_hit17h",
+        "5probe8retprobe14return_vectors17h",
+        "5probe8retprobe10return_hit17h",
+        "9aggregate3hit8on_entry17h",
+        "9aggregate3hit9on_return17h",
+        "9aggregate3hit13latency_entry17h",
+        "9aggregate3hit14latency_return17h",
+        "5trace6record8on_entry17h",
+        "5trace6record9on_return17h",
+    ] {
         let (functions, problems) = walk(&data, start);
         assert!(functions > 1, "{start}: {functions} functions");
         assert!(problems.is_empty(), "{start} reaches:\n{}", problems.join("\n"));
@@ -182,4 +192,25 @@ fn the_return_trampoline_leaves_by_an_indirect_jump() {
     let insns: Vec<_> = Decoder::with_ip(64, bytes, at, DecoderOptions::NONE).into_iter().collect();
     assert!(insns.iter().all(|i| i.flow_control() != FlowControl::Return), "a ret in the trampoline");
     assert_eq!(insns.last().unwrap().flow_control(), FlowControl::IndirectBranch);
+}
+
+#[test]
+fn timed_calls_and_recorded_events_keep_every_register_without_saving_the_vectors() {
+    // --latency's return probe and the stream's record handlers are declared vector-free:
+    // the entry hit and the return through the trampoline skip the vector save, and the
+    // program's registers (xmm0-15 included) still hold their values after each call.
+    let prog = jump_probe();
+    let site = format!("{}:regcheck_site", prog.display());
+    let ok = "regcheck: ok\nregcheck: ok\nregcheck: ok\n";
+    let run = run_uprobe(&["--latency", &site, prog.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stdout.starts_with(ok), "{}", run.stdout);
+    assert!(run.output.contains("regcheck_site"), "{}", run.output);
+    let entry = format!("p:rc/in {site} a=%di");
+    let ret = format!("r:rc/out {site} $retval");
+    let run = run_uprobe(&["-e", &entry, "-e", &ret, prog.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stdout.starts_with(ok), "{}", run.stdout);
+    let records = |name: &str| run.output.lines().filter(|l| l.contains(name)).count();
+    assert_eq!((records("in:"), records("out:")), (3, 3), "{}", run.output);
 }

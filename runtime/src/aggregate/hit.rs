@@ -18,7 +18,6 @@ use crate::aggregate::plan::{self, EventPlan, Key, Plans, CALLS, ENTERED, LAT_HI
 use crate::aggregate::stacks;
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
-use crate::insn::vector;
 use crate::probe::retprobe;
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
@@ -93,22 +92,19 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
 }
 
 /// Counts a hit of event `index`. Vector-free (the probes say so with `UPROBE_NO_VECTORS`,
-/// and the `hit_code` test reads the built code): what may use vector registers (filters,
-/// keys, histogram values, a thread's first claim) runs through `saving_vectors`.
+/// and the `hit_code` test reads the built code), filters included: what may use vector
+/// registers (a string comparison, a thread's first claim) runs through `saving_vectors`;
+/// keys and histogram values need none.
 #[inline(always)]
 fn counted(index: u32, regs: &PtRegs, caller: u64) {
     let Some((plans, p)) = plan::get(index) else { return };
-    if p.gated {
-        let mut pass = false;
-        vector::saving_vectors(|| pass = passes(plans, index, regs));
-        if !pass {
-            return;
-        }
+    if p.gated && !passes(plans, index, regs) {
+        return;
     }
     let Some(b) = blocks::mine() else { return no_block(index) };
     b.add(p.count, 1);
     if !p.simple {
-        vector::saving_vectors(|| keys_and_values(plans, p, b, index, regs, caller));
+        keys_and_values(plans, p, b, index, regs, caller);
     }
 }
 
@@ -135,7 +131,9 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
     let file_base = ev.file_base.load(Ordering::Relaxed);
     if let Some(parts) = &p.key {
         let layout = &plans.layout;
-        let mut words = [0u64; plan::MAX_KEY_WORDS];
+        let used = parts.iter().map(|p| p.at + p.key.words()).fold(layout.key_words, usize::max);
+        let mut space = core::mem::MaybeUninit::<[u64; plan::MAX_KEY_WORDS]>::uninit();
+        let words = zeroed_words(&mut space, used);
         let mut tag = u64::from(index) + 1;
         for (i, part) in parts.iter().enumerate() {
             let w = &mut words[part.at..part.at + part.key.words()];
@@ -145,12 +143,12 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
                     read::fetch_number(arg, regs, file_base).map(|raw| w[0] = format::bits_of(&arg.ty, raw))
                 }
                 Key::String(a) => {
-                    let mut bytes = [0u8; plan::STRING_KEY];
-                    read::fetch_string(&ev.args[a], regs, file_base, &mut bytes).map(|_| {
-                        for (w, chunk) in w.iter_mut().zip(bytes.chunks_exact(8)) {
-                            *w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-                        }
-                    })
+                    // The words hold the string's bytes as they lie in memory (little-endian,
+                    // as the reports read them back), copied there directly.
+                    // SAFETY: the words' own bytes, initialised, as long as `w` is borrowed.
+                    let bytes = unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) };
+                    let bytes = &mut bytes[..plan::STRING_KEY];
+                    read::fetch_string(&ev.args[a], regs, file_base, bytes).map(|_| ())
                 }
                 Key::Tid | Key::Comm => {
                     w[0] = u64::from(b.owner_tid() as u32);
@@ -191,6 +189,20 @@ fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &Pt
     }
 }
 
+/// The first `n` words of `space` (at most all of them), zeroed one store at a time: the
+/// compiler clears a whole array with vector stores, which keyed hits may not use (they run
+/// without the vector registers saved).
+fn zeroed_words(space: &mut core::mem::MaybeUninit<[u64; plan::MAX_KEY_WORDS]>, n: usize) -> &mut [u64] {
+    let n = n.min(plan::MAX_KEY_WORDS);
+    let at = space.as_mut_ptr().cast::<u64>();
+    for i in 0..n {
+        // SAFETY: `i` is inside the array; a volatile store is never merged into a wider one.
+        unsafe { at.add(i).write_volatile(0) };
+    }
+    // SAFETY: the first `n` words were just written; the slice borrows `space`.
+    unsafe { core::slice::from_raw_parts_mut(at, n) }
+}
+
 /// A key's tag: the event's index plus one in the low 32 bits; bit 63: a part could not be
 /// read, and which one in the bits from `PART_FAULT_SHIFT` (one per part).
 pub const FAULT_TAG: u64 = 1 << 63;
@@ -229,6 +241,7 @@ fn data(ri: *mut UretprobeInstance) -> *mut [u64; 2] {
 }
 
 /// The entry handler of every timed function: notes the time and counts the call.
+/// Vector-free, as the counting handler.
 ///
 /// # Safety
 /// Called by the core with an instance of a trace `ReturnProbe` whose `data_size` is

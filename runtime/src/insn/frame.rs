@@ -62,6 +62,7 @@ macro_rules! save_pt_regs {
             "push r8\n push r9\n push r10\n push r11\n",
             "push rbx\n push rbp\n push r12\n push r13\n push r14\n push r15\n",
             "mov rbx, rsp\n",
+            "and rsp, -16\n", // for the calls, whatever the program's stack alignment was
             $choose,
             "\ntest r12d, r12d\n jz 75f\n",
             $crate::insn::vector::save_vectors!(),
@@ -95,9 +96,10 @@ macro_rules! restore_pt_regs {
 /// `extern "C" fn $callee(&mut PtRegs, vectors_saved: bool) -> usize`, stores its result in
 /// the [`RESUME_SLOT`], restores everything and leaves with `$epilogue`, which finds the
 /// stack as it was after `$prologue` with the resume address on top. Constants the prologue
-/// or the epilogue name follow as `NAME = const VALUE`.
+/// or the epilogue name follow as `NAME = const VALUE`, then the functions and statics the
+/// `$choose` code names as `; NAME = sym PATH` (%rsp is aligned to 16 there).
 macro_rules! trap_free_entry {
-    ($name:literal, $prologue:literal, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)*) => {
+    ($name:literal, $prologue:literal, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)* $(; $sop:ident = sym $sval:path)*) => {
         core::arch::global_asm!(
             concat!(".pushsection .text.", $name, ",\"ax\",@progbits"),
             concat!(".globl ", $name),
@@ -122,6 +124,7 @@ macro_rules! trap_free_entry {
             flags_after_pops = const $crate::insn::frame::FLAGS_AFTER_POPS,
             after_rdi = const $crate::insn::frame::PT_REGS_SIZE - core::mem::offset_of!($crate::base::abi::PtRegs, orig_rax),
             $($op = const $val,)*
+            $($sop = sym $sval,)*
         );
     };
 }

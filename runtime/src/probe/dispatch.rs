@@ -282,23 +282,26 @@ fn run_uprobe_handler(u: *mut Uprobe, consumer: Consumer, regs: &mut PtRegs, t: 
 /// began), a consumer that needs them (registered since) is called with them saved here.
 #[inline(always)]
 fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &ThreadState, vectors_saved: bool) {
+    let list = consumers.generation;
     for &consumer in &consumers.probes {
         if !vectors_saved && consumer.needs_vectors() {
-            vector::saving_vectors(|| run_consumer(pp, consumer, regs, t));
+            vector::saving_vectors(|| run_consumer(pp, list, consumer, regs, t));
         } else {
-            run_consumer(pp, consumer, regs, t);
+            run_consumer(pp, list, consumer, regs, t);
         }
     }
 }
 
+/// Runs one consumer of the list numbered `list`.
 #[inline(always)]
-fn run_consumer(pp: &ProbePoint, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+fn run_consumer(pp: &ProbePoint, list: u64, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
     match consumer {
         Consumer::Uprobe(u) => run_uprobe_handler(u, consumer, regs, t),
         Consumer::Uretprobe(rp) => {
             let outer = t.handling.replace(consumer.key());
-            // SAFETY: a registered return probe, valid in this read-side section.
-            unsafe { retprobe::on_entry(rp, pp, regs, t) };
+            // SAFETY: a registered return probe of list `list`, valid in this read-side
+            // section.
+            unsafe { retprobe::on_entry(rp, pp, list, regs, t) };
             t.handling.set(outer);
         }
     }

@@ -21,10 +21,11 @@
 //! by the interposed functions; all of them run with the thread marked busy (see `thread`), so
 //! they never interleave.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
 use crate::base::output;
+use crate::insn::vector;
 use crate::probe::returns::{Frame, Left, Lookup, ReturnStack, ARENA_SIZE, MAX_FRAMES};
 use crate::probe::table::{Consumer, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
@@ -103,21 +104,30 @@ fn count_missed(rp: *mut Uretprobe) {
 
 /// An entry hit of return probe `rp` at probe point `pp` (signal context, thread busy, inside
 /// a read-side section). `regs` are the registers at the function's first instruction.
+/// Touches no vector register but through `vector::saving_vectors` (a probe declared
+/// vector-free is called without their save; the `hit_code` test reads the built code).
 ///
 /// # Safety
-/// `rp` is a registered return probe, valid for the read-side section.
-pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t: &ThreadState) {
+/// `rp` is a registered return probe of the consumer list numbered `list`, valid for the
+/// read-side section.
+pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mut PtRegs, t: &ThreadState) {
     // SAFETY: the caller guarantees `rp` is valid.
     let probe = unsafe { &*rp };
     let slot = regs.rsp as usize;
     // SAFETY: at a function's first instruction %rsp points to the return address.
     let ret = unsafe { *(slot as *const usize) };
     let tramp = trampoline();
+    let vectors = Consumer::Uretprobe(rp).needs_vectors();
+    if !vectors && !VECTOR_FREE_RETURNS.load(Ordering::Relaxed) {
+        VECTOR_FREE_RETURNS.store(true, Ordering::Relaxed);
+    }
     with_stack(t, |st| {
         // A return address that is already the trampoline's: a hooked function tail-called
         // this one, whose return is the same.
         let chained = ret == tramp;
-        st.collect(slot, chained, tramp, false, &mut |f, why| count_left(f, why));
+        if st.depth != 0 {
+            st.collect(slot, chained, tramp, false, &mut |f, why| count_left(f, why));
+        }
         let orig = if chained {
             match st.find(slot) {
                 Lookup::Found(i) => st.frames[i].orig,
@@ -132,22 +142,33 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
             // A probe cannot have more records pending than the thread has: the count of
             // its own is read only when the thread has maxactive records or more.
             let limit = maxactive(probe);
-            st.depth == MAX_FRAMES || (st.depth >= limit && st.pending(rp) >= limit) || st.arena_top + size > ARENA_SIZE
+            st.depth == MAX_FRAMES
+                || (st.depth >= limit && pending(st, rp) >= limit)
+                || st.arena_top + size > ARENA_SIZE
         };
         if full(st) {
             // Records of calls left without returning, and the gaps of calls that returned on
-            // another stack, may hold the room: look at them all.
-            st.collect(slot, chained, tramp, true, &mut |f, why| count_left(f, why));
-            st.compact();
-            if full(st) {
+            // another stack, may hold the room: look at them all (moving instances is no
+            // hit-path code: it may use the vector registers).
+            let mut room = false;
+            vector::saving_vectors(|| {
+                st.collect(slot, chained, tramp, true, &mut |f, why| count_left(f, why));
+                st.compact();
+                room = !full(st);
+            });
+            if !room {
                 return count_missed(rp);
             }
         }
         let offset = st.arena_top;
         let ri = st.instance(offset);
-        // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena.
+        // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena. Word
+        // by word: a struct store could be compiled to vector moves.
         unsafe {
-            ri.write(UretprobeInstance { rp, ret_addr: orig as _, reserved: [0; 2], data: [] });
+            core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
+            core::ptr::addr_of_mut!((*ri).ret_addr).write_volatile(orig as _);
+            core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
+            core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
             if let Some(entry) = probe.entry_handler {
                 st.arena_top += size; // an entry handler that hits a probe sees the space taken
                 let outer_code = t.code.replace(entry as usize);
@@ -160,15 +181,45 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, regs: &mut PtRegs, t
             }
         }
         st.arena_top = offset + size;
-        st.frames[st.depth] = Frame { rp, pp: pp as *const ProbePoint as usize, slot, orig, instance: offset, size };
-        st.depth += 1;
+        let pp = pp as *const ProbePoint as usize;
+        st.push(Frame { rp, pp, slot, orig, instance: offset, size, list, vectors });
         // SAFETY: the slot holds this call's return address; the function has not run yet.
         unsafe { *(slot as *mut usize) = tramp };
     });
 }
 
-/// Called by the trampoline with the registers it saved (normal context). Runs the return
-/// handlers of every record for this return and gives the address to resume at.
+/// How many records `rp` has pending in `st`, counted with the vector registers saved (the
+/// compiler counts with them); asked only of a thread with `maxactive` records or more.
+#[cold]
+fn pending(st: &ReturnStack, rp: *mut Uretprobe) -> usize {
+    let mut n = 0;
+    vector::saving_vectors(|| n = st.pending(rp));
+    n
+}
+
+/// Whether a return probe declared vector-free was ever entered: until then every return
+/// saves the vector registers without asking its record (read by the trampoline).
+static VECTOR_FREE_RETURNS: AtomicBool = AtomicBool::new(false);
+
+/// Called by the trampoline once it saved the general registers (`regs`), before the vector
+/// registers: whether to save them, i.e. whether the probe of the return's newest record
+/// needs them (a record of the same return that needs them and finds them unsaved is called
+/// through `vector::saving_vectors`). Normal context; touches no vector register.
+extern "C" fn return_vectors(regs: &mut PtRegs) -> u32 {
+    let slot = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP - 8;
+    let t = thread::current();
+    if t.quiet() {
+        return 0; // no handler runs
+    }
+    with_stack(t, |st| match st.find(slot) {
+        Lookup::Found(i) => u32::from(st.frames[i].vectors),
+        Lookup::Missing => 1,
+    })
+}
+
+/// Called by the trampoline with the registers it saved (normal context; the vector
+/// registers too if `vectors_saved`). Runs the return handlers of every record for this
+/// return and gives the address to resume at.
 extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     // The trampoline pushed the resume slot and the registers since the `ret` popped.
     let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
@@ -187,63 +238,100 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     with_stack(t, |st| {
         // Every record of this slot: the call, and the calls it tail-called, newest first.
         while let Lookup::Found(i) = st.find(slot) {
-            let frame = st.frames[i];
-            resume = frame.orig;
-            regs.rip = frame.orig as u64;
+            let f = &st.frames[i];
+            let (rp, pp, list, vectors, instance) = (f.rp, f.pp, f.list, f.vectors, f.instance);
+            resume = f.orig;
+            regs.rip = f.orig as u64;
             if !quiet {
-                run_return_handler(t, &frame, st.instance(frame.instance), regs);
+                let ri = st.instance(instance);
+                let vectors = vectors && !vectors_saved;
+                run_return_handler(t, Record { rp, pp, list }, ri, regs, vectors);
             }
             st.remove(i);
         }
-        st.collect(slot, true, trampoline(), false, &mut |f, why| count_left(f, why));
+        if st.depth != 0 {
+            st.collect(slot, true, trampoline(), false, &mut |f, why| count_left(f, why));
+        }
     });
     if resume == 0 {
-        output::message_fixed(b"uprobe-run: fatal: a return reached the trampoline with no record, slot ", slot);
-        // SAFETY: abort has no preconditions; there is no address to return to.
-        unsafe { libc::abort() };
+        vector::saving_vectors(|| {
+            output::message_fixed(b"uprobe-run: fatal: a return reached the trampoline with no record, slot ", slot);
+            // SAFETY: abort has no preconditions; there is no address to return to.
+            unsafe { libc::abort() };
+        });
     }
     t.set_errno(saved_errno);
     t.vectors.set(outer_vectors);
     t.busy.set(nested);
     if !nested && t.queued.get() != 0 {
-        deferred::run_deferred();
+        // Registration is no hit-path code: it may use the vector registers.
+        vector::saving_vectors(deferred::run_deferred);
     }
     regs.rip as usize
 }
 
-fn run_return_handler(t: &ThreadState, frame: &Frame, ri: *mut UretprobeInstance, regs: &mut PtRegs) {
+/// What a return needs of its record to call its handler.
+struct Record {
+    rp: *mut Uretprobe,
+    /// The entry's probe point, and the number of its consumer list then.
+    pp: usize,
+    list: u64,
+}
+
+/// Calls the return handler of `r.rp` if it is still registered; `save`: with the vector
+/// registers saved around it (they were not, and it needs them).
+fn run_return_handler(t: &ThreadState, r: Record, ri: *mut UretprobeInstance, regs: &mut PtRegs, save: bool) {
     let epoch = rcu::read_lock(t);
     // SAFETY: the probe point is never freed; its consumer list is valid in this section.
-    let pp = unsafe { &*(frame.pp as *const ProbePoint) };
+    let pp = unsafe { &*(r.pp as *const ProbePoint) };
     let list = pp.consumers.load(Ordering::SeqCst);
-    // SAFETY: as above; `rp` is called only while it is still registered, and unregister
-    // waits for this section to end before the user may free it.
+    // SAFETY: as above; `rp` is called only while it is still registered (the list of its
+    // entry is still in place, or the one in place holds it), and unregister waits for this
+    // section to end before the user may free it.
     unsafe {
-        if !list.is_null() && (*list).probes.contains(&Consumer::Uretprobe(frame.rp)) {
-            if let Some(handler) = (*frame.rp).handler {
-                let outer = t.handling.replace(frame.rp as usize);
-                let outer_code = t.code.replace(handler as usize);
-                handler(ri, regs);
-                t.code.set(outer_code);
-                t.handling.set(outer);
+        if !list.is_null() && ((*list).generation == r.list || registered(&(*list).probes, r.rp)) {
+            if let Some(handler) = (*r.rp).handler {
+                let outer = t.enter_handler(r.rp as usize, handler as usize);
+                if save {
+                    vector::saving_vectors(|| handler(ri, regs));
+                } else {
+                    handler(ri, regs);
+                }
+                t.leave_handler(outer);
             }
         }
     }
     rcu::read_unlock(epoch);
 }
 
+/// Whether `probes` holds return probe `rp` (a list that changed since the call's entry).
+#[inline(never)]
+fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
+    for c in probes {
+        if let Consumer::Uretprobe(p) = *c {
+            if p == rp {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 // The pushed 0 becomes the address to resume at.
-// The return handlers are found only after the save: the vectors are always saved. The way
-// out is an indirect jump, not a `ret`: the return that came here already took the caller's
-// entry of the return-stack buffer, and a second `ret` would take (and mispredict) its
-// caller's, leaving every later return of the program one entry off. The resume address
-// is read just below the stack pointer, in the red zone, which signal delivery skips.
+// The vectors are saved where the return's record says its probe needs them
+// (`return_vectors`), asked only once a vector-free return probe was entered. The way out is an indirect jump, not a `ret`: the return that came
+// here already took the caller's entry of the return-stack buffer, and a second `ret` would
+// take (and mispredict) its caller's, leaving every later return of the program one entry
+// off. The resume address is read just below the stack pointer, in the red zone, which
+// signal delivery skips.
 crate::insn::frame::trap_free_entry!(
     "uprobe_ret_trampoline",
     "push 0",
-    "mov r12d, 1",
+    "mov r12d, 1\n cmp byte ptr [rip + {free}], 0\n je 77f\n mov rdi, rbx\n call {choose}\n mov r12d, eax\n 77:",
     return_hit,
-    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]"
+    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]";
+    choose = sym return_vectors;
+    free = sym VECTOR_FREE_RETURNS
 );
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before

@@ -31,9 +31,16 @@ pub struct Frame {
     /// Offset of the instance in the arena, and its size.
     pub instance: usize,
     pub size: usize,
+    /// The number of the point's consumer list at the entry (`table::Consumers`): while it
+    /// is still the one in place, `rp` is registered.
+    pub list: u64,
+    /// Whether the probe's handlers need the vector registers saved (see
+    /// `table::Consumer::needs_vectors`), read at the entry, while it was registered.
+    pub vectors: bool,
 }
 
-const NO_FRAME: Frame = Frame { rp: core::ptr::null_mut(), pp: 0, slot: 0, orig: 0, instance: 0, size: 0 };
+const NO_FRAME: Frame =
+    Frame { rp: core::ptr::null_mut(), pp: 0, slot: 0, orig: 0, instance: 0, size: 0, list: 0, vectors: true };
 
 /// A thread's pending returns (kept in its `thread::ThreadState`).
 pub struct ReturnStack {
@@ -43,6 +50,11 @@ pub struct ReturnStack {
     pub arena_top: usize,
     /// The stack pointer where the exception being propagated was thrown, or 0.
     pub thrown_at: usize,
+    /// Whether the live records' slots go down as they get newer (one stack, calls nested
+    /// as usual): then no record but the newest can lie at or below a new call's slot, and
+    /// an entry finds the records to forget without looking at them all. Cleared by a
+    /// record that breaks the order (another stack's), set again by a full look.
+    ordered: bool,
 }
 
 impl ReturnStack {
@@ -52,6 +64,7 @@ impl ReturnStack {
         arena: [0; ARENA_SIZE / 8],
         arena_top: 0,
         thrown_at: 0,
+        ordered: true,
     };
 }
 
@@ -97,14 +110,46 @@ impl ReturnStack {
 
     /// The newest record of the call whose return address sits at `slot`. Several calls may
     /// share a slot (a hooked function that tail-calls another); the newest returns first.
+    #[inline]
     pub fn find(&self, slot: usize) -> Lookup {
-        match (0..self.depth).rev().find(|&i| !self.frames[i].is_gone() && self.frames[i].slot == slot) {
-            Some(i) => Lookup::Found(i),
-            None => Lookup::Missing,
+        let mut i = self.depth;
+        while i > 0 {
+            i -= 1;
+            let f = &self.frames[i];
+            if !f.is_gone() && f.slot == slot {
+                return Lookup::Found(i);
+            }
         }
+        Lookup::Missing
+    }
+
+    /// Adds the record `f` on top (room checked by the caller).
+    #[inline]
+    pub fn push(&mut self, f: Frame) {
+        let d = self.depth;
+        let mut below = d;
+        while below > 0 && self.frames[below - 1].is_gone() {
+            below -= 1;
+        }
+        if below == 0 {
+            self.ordered = true;
+        } else if f.slot >= self.frames[below - 1].slot {
+            self.ordered = false;
+        }
+        let at = &mut self.frames[d];
+        at.rp = f.rp;
+        at.pp = f.pp;
+        at.slot = f.slot;
+        at.orig = f.orig;
+        at.instance = f.instance;
+        at.size = f.size;
+        at.list = f.list;
+        at.vectors = f.vectors;
+        self.depth = d + 1;
     }
 
     /// Takes record `i` out, and reclaims the space of removed records at the top.
+    #[inline]
     pub fn remove(&mut self, i: usize) {
         self.frames[i].rp = core::ptr::null_mut();
         self.remove_top_gone();
@@ -135,20 +180,49 @@ impl ReturnStack {
         sweep: bool,
         left: &mut dyn FnMut(&Frame, Left),
     ) {
-        for i in 0..self.depth {
-            let f = self.frames[i];
-            if f.is_gone() {
-                continue;
+        // With the records in order, only those at or below `slot` can share it, and those
+        // are the newest: the loop below starts at the newest record and stops at the first
+        // one above `slot`. Out of order (or sweeping), every record is looked at, and the
+        // order is learnt again.
+        if sweep || (!chained && !self.ordered) {
+            let mut ordered = true;
+            let mut above = usize::MAX;
+            for i in 0..self.depth {
+                let f = &self.frames[i];
+                if f.is_gone() {
+                    continue;
+                }
+                if (f.slot == slot && !chained) || (sweep && !f.may_return(tramp)) {
+                    left(f, Left::Gone);
+                    self.frames[i].rp = core::ptr::null_mut();
+                    continue;
+                }
+                ordered &= f.slot < above;
+                above = f.slot;
             }
-            if (f.slot == slot && !chained) || (sweep && !f.may_return(tramp)) {
-                left(&f, Left::Gone);
-                self.frames[i].rp = core::ptr::null_mut();
+            self.ordered = ordered;
+        } else if !chained {
+            let mut i = self.depth;
+            while i > 0 {
+                i -= 1;
+                let f = &self.frames[i];
+                if f.is_gone() {
+                    continue;
+                }
+                if f.slot > slot {
+                    break;
+                }
+                if f.slot == slot {
+                    left(f, Left::Gone);
+                    self.frames[i].rp = core::ptr::null_mut();
+                }
             }
         }
         self.remove_top_gone();
-        while let Some(top) = self.depth.checked_sub(1).map(|i| self.frames[i]) {
+        while self.depth > 0 {
+            let top = &self.frames[self.depth - 1];
             if top.slot < slot && !top.may_return(tramp) {
-                left(&top, Left::Gone);
+                left(top, Left::Gone);
                 self.remove(self.depth - 1);
             } else {
                 break;
@@ -167,6 +241,8 @@ impl ReturnStack {
         if self.depth > depth {
             self.depth = depth;
             self.arena_top = arena_top;
+            // What stays may have changed meanwhile (a child's records): learnt again.
+            self.ordered = depth == 0;
         }
     }
 
@@ -176,6 +252,7 @@ impl ReturnStack {
     pub fn compact(&mut self) {
         let mut kept = 0;
         let mut top = 0;
+        let mut ordered = true;
         for i in 0..self.depth {
             let mut f = self.frames[i];
             if f.is_gone() {
@@ -186,11 +263,13 @@ impl ReturnStack {
                 f.instance = top;
             }
             top += f.size;
+            ordered &= kept == 0 || f.slot < self.frames[kept - 1].slot;
             self.frames[kept] = f;
             kept += 1;
         }
         self.depth = kept;
         self.arena_top = top;
+        self.ordered = ordered;
     }
 
     fn arena_bytes(&mut self) -> &mut [u8] {
@@ -209,9 +288,9 @@ impl ReturnStack {
     /// whose return slot is just above `catch_slot`: the calls in between are gone.
     pub fn caught(&mut self, thrown_at: usize, catch_slot: usize, left: &mut dyn FnMut(&Frame, Left)) {
         for i in 0..self.depth {
-            let f = self.frames[i];
+            let f = &self.frames[i];
             if !f.is_gone() && f.slot <= catch_slot && (thrown_at == 0 || f.slot >= thrown_at) {
-                left(&f, Left::Gone);
+                left(f, Left::Gone);
                 self.frames[i].rp = core::ptr::null_mut();
             }
         }

@@ -66,7 +66,13 @@ pub struct JumpPrep {
 /// The probes registered at one address, in registration order.
 pub struct Consumers {
     pub probes: Vec<Consumer>,
+    /// This list's number, unique for the life of the process: a return finds its probe
+    /// still registered, without searching, when the list it was called from is in place.
+    pub generation: u64,
 }
+
+/// The number of the next consumer list.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// A registered probe object: an entry probe, or a return probe (whose entry lives here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,16 +98,13 @@ impl Consumer {
         }
     }
 
-    /// Whether calling the probe's handlers needs the vector registers saved: an entry probe
-    /// unless it declares `UPROBE_NO_VECTORS`; a return probe always (the runtime's own
-    /// entry bookkeeping uses them).
+    /// Whether calling the probe's handlers needs the vector registers saved: unless the
+    /// probe declares `UPROBE_NO_VECTORS` (for a return probe: its entry handler and its
+    /// return handler; the runtime's own bookkeeping of returns uses none).
     pub fn needs_vectors(self) -> bool {
-        match self {
-            // SAFETY: registered probe objects are valid (C ABI); the flags do not change
-            // while registered.
-            Consumer::Uprobe(u) => !unsafe { (*u).vector_free() },
-            Consumer::Uretprobe(_) => true,
-        }
+        // SAFETY: registered probe objects are valid (C ABI); the flags do not change while
+        // registered. `struct uretprobe` starts with its `struct uprobe`.
+        !unsafe { (*self.placement()).vector_free() }
     }
 
     pub fn is_return(self) -> bool {
@@ -213,7 +216,14 @@ impl ProbePoint {
         if vectors {
             self.vectors.store(true, Ordering::SeqCst);
         }
-        let new = if probes.is_empty() { core::ptr::null_mut() } else { Box::into_raw(Box::new(Consumers { probes })) };
+        let new = if probes.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            {
+                let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
+                Box::into_raw(Box::new(Consumers { probes, generation }))
+            }
+        };
         let old = self.consumers.swap(new, Ordering::SeqCst);
         if !vectors {
             self.vectors.store(false, Ordering::SeqCst);

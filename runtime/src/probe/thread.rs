@@ -276,6 +276,31 @@ impl ThreadState {
         unsafe { *crate::base::sys::errno_location() = value }
     }
 
+    /// Notes that the thread runs the handler at `code` of the probe object `probe` (see
+    /// `handling` and `code`); returns what it ran, for [`ThreadState::leave_handler`]. Word
+    /// by word: the compiler would move the two neighbours in one vector register, which a
+    /// hit path that did not save them may not touch.
+    #[inline(always)]
+    pub fn enter_handler(&self, probe: usize, code: usize) -> (usize, usize) {
+        // SAFETY: the thread's own cells, not borrowed across this call.
+        unsafe {
+            let outer = (self.handling.as_ptr().read_volatile(), self.code.as_ptr().read_volatile());
+            self.handling.as_ptr().write_volatile(probe);
+            self.code.as_ptr().write_volatile(code);
+            outer
+        }
+    }
+
+    /// Puts back what [`ThreadState::enter_handler`] returned.
+    #[inline(always)]
+    pub fn leave_handler(&self, (probe, code): (usize, usize)) {
+        // SAFETY: as in `enter_handler`.
+        unsafe {
+            self.code.as_ptr().write_volatile(code);
+            self.handling.as_ptr().write_volatile(probe);
+        }
+    }
+
     /// Notes the handler library entry point the thread runs now; returns the one it ran.
     pub fn enter_entry_point(&self, what: &'static str) -> (usize, usize) {
         self.entry_what.replace((what.as_ptr() as usize, what.len()))

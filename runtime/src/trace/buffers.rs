@@ -207,13 +207,15 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
 }
 
 /// A record being written at the head of a ring (hit path).
+/// Its fields are in an order where no two neighbours start at zero: the compiler would
+/// clear such a pair with a vector register, which the hit path may not touch.
 pub struct Writer<'a> {
     ring: &'a Ring,
     buf: &'a mut [u8],
     pub len: usize,
+    head: u64,
     /// Padding written before the record (it wrapped to the start).
     skipped: usize,
-    head: u64,
     /// The tail as the writer found it.
     tail: u64,
 }
@@ -242,10 +244,10 @@ impl Ring {
         let to_end = size - at;
         let all = self.bytes(size);
         if wrap && to_end < free {
-            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, skipped: to_end, head, tail }
+            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, head, skipped: to_end, tail }
         } else {
             let room = to_end.min(free);
-            Writer { ring: self, buf: &mut all[at..at + room], len: 0, skipped: 0, head, tail }
+            Writer { ring: self, buf: &mut all[at..at + room], len: 0, head, skipped: 0, tail }
         }
     }
 }
@@ -329,8 +331,9 @@ impl Writer<'_> {
     }
 
     /// Pads to 8 bytes, writes the size into the first 4 and publishes the record.
+    /// By reference: moving the writer would copy it through a vector register.
     #[inline]
-    pub fn commit(mut self) -> Result<(), Full> {
+    pub fn commit(&mut self) -> Result<(), Full> {
         let padded = (self.len + ALIGN - 1) & !(ALIGN - 1);
         if padded > self.buf.len() {
             return Err(Full);

@@ -120,15 +120,39 @@ pub fn now() -> (u64, u32) {
         }
         return rdtscp();
     }
+    now_without_tsc()
+}
+
+/// [`now`] without the TSC: the vDSO's functions, called with the vector registers saved
+/// (the hit path may not have saved them).
+#[cold]
+fn now_without_tsc() -> (u64, u32) {
     let mut cpu = 0u32;
-    let getcpu = VDSO_GETCPU.load(Ordering::Relaxed);
-    if getcpu != 0 {
-        // SAFETY: the vDSO's getcpu, with a valid place for the CPU number.
-        unsafe {
-            core::mem::transmute::<usize, Getcpu>(getcpu)(&mut cpu, core::ptr::null_mut(), core::ptr::null_mut())
-        };
+    let mut ns = 0;
+    crate::insn::vector::saving_vectors(|| {
+        let getcpu = VDSO_GETCPU.load(Ordering::Relaxed);
+        if getcpu != 0 {
+            // SAFETY: the vDSO's getcpu, with a valid place for the CPU number.
+            unsafe {
+                core::mem::transmute::<usize, Getcpu>(getcpu)(&mut cpu, core::ptr::null_mut(), core::ptr::null_mut())
+            };
+        }
+        ns = monotonic_ns();
+    });
+    (ns, cpu)
+}
+
+/// The CPU the thread runs on, without reading the clock (hit path): `rdpid`, or `rdtscp`
+/// where there is no `rdpid`, or the vDSO's `getcpu`.
+#[inline(always)]
+pub fn cpu() -> u32 {
+    if USE_TSC.load(Ordering::Relaxed) && USE_RDPID.load(Ordering::Relaxed) {
+        let aux: u64;
+        // SAFETY: rdpid reads IA32_TSC_AUX; checked at start-up.
+        unsafe { core::arch::asm!("rdpid {aux}", aux = out(reg) aux, options(nomem, nostack)) };
+        return aux as u32 & 0xfff;
     }
-    (monotonic_ns(), cpu)
+    now().1
 }
 
 /// A reading for measuring how long something took on one thread (hit path): the TSC alone
@@ -141,7 +165,16 @@ pub fn ticks() -> u64 {
         unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack)) };
         return (u64::from(hi) << 32) | u64::from(lo);
     }
-    monotonic_ns()
+    vector_free_ns()
+}
+
+/// [`monotonic_ns`] from a hit path that may not touch the vector registers (the compiler
+/// clears the `timespec` with one), where the TSC is not used.
+#[cold]
+fn vector_free_ns() -> u64 {
+    let mut ns = 0;
+    crate::insn::vector::saving_vectors(|| ns = monotonic_ns());
+    ns
 }
 
 /// Whether [`ticks`] are nanoseconds already (no TSC).

@@ -10,7 +10,7 @@
 
 use core::sync::atomic::Ordering;
 
-use uprobe_contracts::filter::{Field, Fields};
+use uprobe_contracts::filter::{self as program, Field, Fields, StrOp};
 
 use crate::base::abi::PtRegs;
 use crate::base::{sys, usercopy};
@@ -118,7 +118,7 @@ impl Fields for Hit<'_> {
             }
             Field::Retval => Some(self.regs.rax),
             Field::Tid => Some(tid() as i64 as u64),
-            Field::Cpu => Some(u64::from(clock::now().1)),
+            Field::Cpu => Some(u64::from(clock::cpu())),
             Field::Comm => None,
         }
     }
@@ -136,6 +136,14 @@ impl Fields for Hit<'_> {
             Field::Comm => Some(comm(buf)),
             _ => None,
         }
+    }
+
+    /// With the vector registers saved: the filters run on hit paths that did not save them.
+    #[cold]
+    fn compare_string(&mut self, field: Field, op: StrOp, pattern: &[u8]) -> Option<bool> {
+        let mut result = None;
+        crate::insn::vector::saving_vectors(|| result = program::compare_string(self, field, op, pattern));
+        result
     }
 }
 

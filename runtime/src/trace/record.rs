@@ -46,7 +46,7 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
     // registers, valid for the call.
     let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
     if let Some(ev) = events::get(index) {
-        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
+        if !ev.gated || admitted(ev, regs) {
             record(ev, index, regs, regs.rip, 0);
         }
     }
@@ -63,10 +63,17 @@ pub unsafe extern "C" fn on_return(ri: *mut UretprobeInstance, regs: *mut PtRegs
         ((*(rp as *mut ReturnProbe)).event, (*rp).u.vaddr, (*ri).ret_addr, &*regs)
     };
     if let Some(ev) = events::get(index) {
-        if !ev.gated || filter::admit(ev, regs, true) == Some(true) {
+        if !ev.gated || admitted(ev, regs) {
             record(ev, index, regs, func, caller);
         }
     }
+}
+
+/// Whether a hit of gated event `ev` is recorded (`filter::admit`, vector-free as the
+/// handlers here are declared: the `hit_code` test reads it).
+#[inline(always)]
+fn admitted(ev: &Event, regs: &PtRegs) -> bool {
+    filter::admit(ev, regs, true) == Some(true)
 }
 
 #[inline(always)]
@@ -139,10 +146,7 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
         }
         (f, Base::String) => {
             let Some(at) = address(f, regs, file_base) else {
-                for _ in 0..count {
-                    w.put_u32(FAULT)?;
-                }
-                return Ok(false);
+                return repeat(w, count, |w| w.put_u32(FAULT)).map(|()| false);
             };
             let mut all = true;
             for i in 0..count {
@@ -162,17 +166,27 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
                     return Ok(v.is_some());
                 }
             };
-            let mut ok = at.is_some();
+            let Some(a) = at else {
+                return repeat(w, count, |w| w.put_u64(0)).map(|()| false);
+            };
+            let mut ok = true;
             for i in 0..count {
                 let mut b = [0u8; 8];
-                if let Some(a) = at {
-                    ok &= usercopy::copy(&mut b[..size], a as usize + i * size);
-                }
+                ok &= usercopy::copy(&mut b[..size], a as usize + i * size);
                 w.put_u64(if ok { u64::from_le_bytes(b) } else { 0 })?;
             }
             Ok(ok)
         }
     }
+}
+
+/// `put` `n` times, one word at a time: the compiler would fill such a run with vector
+/// stores, which the hit path may not use (the record handlers are declared vector-free).
+fn repeat(w: &mut Writer, n: usize, mut put: impl FnMut(&mut Writer) -> Result<(), Full>) -> Result<(), Full> {
+    for _ in 0..n {
+        put(core::hint::black_box(&mut *w))?;
+    }
+    Ok(())
 }
 
 /// Writes the string at `at`: its length and bytes, or FAULT.

@@ -66,7 +66,7 @@ pub struct Handlers {
 impl Handlers {
     /// The stream's: each hit becomes a record.
     pub const RECORD: Handlers =
-        Handlers { entry: record::on_entry, ret: record::on_return, ret_entry: None, data_size: 0, vector_free: false };
+        Handlers { entry: record::on_entry, ret: record::on_return, ret_entry: None, data_size: 0, vector_free: true };
 }
 
 /// A definition a front-end adds to the run's (`--latency`): where it came from (`--latency`),

@@ -17,7 +17,7 @@ mod program;
 
 use thiserror::Error;
 
-pub use program::{glob, Field, Fields, Node, NumOp, Program, StrOp, MAX_NODES, MAX_STRING};
+pub use program::{compare_string, glob, Field, Fields, Node, NumOp, Program, StrOp, MAX_NODES, MAX_STRING};
 
 use crate::def::{Definition, Kind};
 use crate::fetch::{Base, Fetch};

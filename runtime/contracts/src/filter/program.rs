@@ -108,6 +108,28 @@ pub trait Fields {
     fn number(&mut self, field: Field) -> Option<u64>;
     /// The string's length in `buf` (`buf.len()` when it is longer).
     fn string(&mut self, field: Field, buf: &mut [u8]) -> Option<usize>;
+    /// Whether string `field` compares to `pattern` as `op` says; None: it could not be
+    /// read. By default [`compare_string`]; an implementation may run that elsewhere (the
+    /// runtime's, with the vector registers saved: the compiler clears its buffer with them).
+    fn compare_string(&mut self, field: Field, op: StrOp, pattern: &[u8]) -> Option<bool>
+    where
+        Self: Sized,
+    {
+        compare_string(self, field, op, pattern)
+    }
+}
+
+/// Whether string `field` of `f`, copied into a buffer of `MAX_STRING` bytes, compares to
+/// `pattern` as `op` says; None: it could not be read.
+pub fn compare_string(f: &mut impl Fields, field: Field, op: StrOp, pattern: &[u8]) -> Option<bool> {
+    let mut buf = [0u8; MAX_STRING + 1];
+    let n = f.string(field, &mut buf[..MAX_STRING])?.min(MAX_STRING);
+    let s = &buf[..n];
+    Some(match op {
+        StrOp::Eq => s == pattern,
+        StrOp::Ne => s != pattern,
+        StrOp::Glob => glob(pattern, s),
+    })
 }
 
 impl Program {
@@ -129,15 +151,7 @@ impl Program {
                 Some(compare(Some(v), op, signed, value))
             }
             Node::Str { field, op, pattern } => {
-                let mut buf = [0u8; MAX_STRING + 1];
-                let n = f.string(field, &mut buf[..MAX_STRING])?.min(MAX_STRING);
-                let s = &buf[..n];
-                let p = self.patterns[usize::from(pattern)].as_slice();
-                Some(match op {
-                    StrOp::Eq => s == p,
-                    StrOp::Ne => s != p,
-                    StrOp::Glob => glob(p, s),
-                })
+                f.compare_string(field, op, self.patterns[usize::from(pattern)].as_slice())
             }
             Node::And(l, r) => Some(self.eval(l.into(), f)? && self.eval(r.into(), f)?),
             Node::Or(l, r) => Some(self.eval(l.into(), f)? || self.eval(r.into(), f)?),
