@@ -63,6 +63,10 @@ pub enum Error {
     Definition { def: String, reason: &'static str },
     #[error("-e '{}': {reason}", one_line(.def))]
     Usdt { def: String, reason: String },
+    #[error("-e '{}': {reason}", one_line(.def))]
+    Lines { def: String, reason: String },
+    #[error("{0}")]
+    LineRange(String),
     #[error("{0}")]
     Filter(String),
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]
