@@ -149,29 +149,40 @@ pub fn line_addresses(debug: &Debug, place: &LinePlace) -> Result<Vec<Site>, Str
                 ));
             }
             let Some(func) = unit.funcs.iter().find(|f| f.contains(spot.2)) else { continue };
+            if let LinePlace::Function { name, .. } = place {
+                if !walk::in_function(unit, spot.2, name) {
+                    continue;
+                }
+            }
             if !sites.iter().any(|s| s.addr == spot.2) {
                 sites.push(Site { addr: spot.2, function: func.name.clone() });
             }
         }
     }
     if sites.is_empty() {
-        let (u, file, line) = &targets[0];
-        return Err(format!(
-            "{place} (line {line} of {file}) has no code{}",
-            nearest(&debug.units[*u], file, *line, place)
-        ));
+        let (_, file, line) = &targets[0];
+        return Err(format!("{place} (line {line} of {file}) has no code{}", nearest(debug, file, *line, place)));
     }
     sites.sort_by_key(|s| s.addr);
     Ok(sites)
 }
 
 /// ` (nearest lines with code: 22, 25)`, in the place's own numbering.
-fn nearest(unit: &debug::Unit, file: &str, line: u32, place: &LinePlace) -> String {
-    let mut lines: Vec<u32> = walk::unit_lines(unit)
-        .into_iter()
-        .filter(|&s| same_file(&unit.files[s.0], file) && walk::listed(unit, s))
-        .map(|s| s.1)
-        .collect();
+/// Every unit that has the file is searched: with link-time optimization, a file's lines are
+/// spread over several.
+fn nearest(debug: &Debug, file: &str, line: u32, place: &LinePlace) -> String {
+    let mut lines: Vec<u32> = Vec::new();
+    for unit in &debug.units {
+        if !unit.files.iter().any(|f| same_file(f, file)) {
+            continue;
+        }
+        lines.extend(
+            walk::unit_lines(unit)
+                .into_iter()
+                .filter(|&s| same_file(&unit.files[s.0], file) && walk::listed(unit, s))
+                .map(|s| s.1),
+        );
+    }
     lines.sort_unstable();
     lines.dedup();
     let before = lines.iter().rev().find(|&&l| l < line);

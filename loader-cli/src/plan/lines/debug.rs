@@ -33,6 +33,8 @@ pub struct Row {
 /// A call inlined into a function.
 #[derive(Clone, Debug)]
 pub struct Inline {
+    /// The inlined function's name.
+    pub name: String,
     /// 1: directly in the function (perhaps inside lexical blocks); 2: inside another inline.
     pub depth: u32,
     /// `DW_AT_call_file` / `DW_AT_call_line`.
@@ -63,7 +65,6 @@ impl Func {
 /// One compilation unit.
 #[derive(Debug, Default)]
 pub struct Unit {
-    pub comp_dir: String,
     /// Full paths (the comp dir joined where relative); indexes are this table's own.
     pub files: Vec<String>,
     /// Sorted by address, rows of one address in their table order; no end-of-sequence rows.
@@ -154,11 +155,20 @@ fn parse(from: &Path, file: &object::File<'_>) -> Result<Debug, String> {
     if let Some(s) = &alt_sections {
         dwarf.set_sup(s.borrow(|s| EndianSlice::new(s, LittleEndian)));
     }
+    // Pass 1: what each subprogram DIE says of itself, by its offset in .debug_info, so that
+    // a concrete function whose DW_AT_abstract_origin lies in another unit (LTO) is named.
+    let mut facts = Facts::new();
+    let mut headers = dwarf.units();
+    while let Ok(Some(header)) = headers.next() {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let _ = collect(&dwarf, &unit, &mut facts);
+    }
+    facts.sort_unstable_by_key(|f| f.0);
     let mut units = Vec::new();
     let mut headers = dwarf.units();
     while let Ok(Some(header)) = headers.next() {
         let Ok(unit) = dwarf.unit(header) else { continue };
-        if let Ok(u) = read_unit(&dwarf, &unit) {
+        if let Ok(u) = read_unit(&dwarf, &unit, &facts) {
             units.push(u);
         }
     }
@@ -168,33 +178,128 @@ fn parse(from: &Path, file: &object::File<'_>) -> Result<Debug, String> {
     Ok(Debug { from: from.into(), units })
 }
 
-fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>) -> gimli::Result<Unit> {
+/// What a subprogram DIE says of itself: its name, declaration (file path, line), whether it
+/// is only a declaration, and the DIE it refers to (abstract origin or specification).
+#[derive(Clone, Debug, Default)]
+struct Fact {
+    name: Option<String>,
+    decl_file: Option<String>,
+    decl_line: Option<u32>,
+    declaration: bool,
+    next: Option<usize>,
+}
+
+/// Facts by `.debug_info` offset, sorted.
+type Facts = Vec<(usize, Fact)>;
+
+/// The `.debug_info` offset a reference attribute names.
+fn global_ref(unit: &gimli::Unit<Slice<'_>>, v: Option<AttributeValue<Slice<'_>>>) -> Option<usize> {
+    match v? {
+        AttributeValue::UnitRef(off) => off.to_debug_info_offset(&unit.header).map(|o| o.0),
+        AttributeValue::DebugInfoRef(off) => Some(off.0),
+        _ => None,
+    }
+}
+
+/// The full path of file `index` of a unit's line program.
+fn file_path(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>, index: u64) -> Option<String> {
+    let header = unit.line_program.as_ref()?.header();
+    let entry = header.file(index)?;
     let text = |v: Option<AttributeValue<Slice<'_>>>| -> String {
         v.and_then(|v| dwarf.attr_string(unit, v).ok()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     };
-    let mut out = Unit {
-        comp_dir: unit.comp_dir.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-        ..Unit::default()
-    };
+    let mut path = PathBuf::from(unit.comp_dir.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+    path.push(text(entry.directory(header)));
+    path.push(text(Some(entry.path_name())));
+    Some(clean(&path))
+}
+
+/// A path without `.` and `dir/..` parts (as `perf probe` shows them, and so that a file
+/// named from two compilation directories, `/b/x/build/../Objects/a.c` and
+/// `./build/../Objects/a.c`, ends the same).
+fn clean(path: &Path) -> String {
+    use std::path::Component;
+    let mut parts: Vec<Component<'_>> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(parts.last(), Some(Component::Normal(_))) => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    parts.iter().collect::<PathBuf>().display().to_string()
+}
+
+fn fact_of(
+    dwarf: &gimli::Dwarf<Slice<'_>>,
+    unit: &gimli::Unit<Slice<'_>>,
+    entry: &gimli::DebuggingInformationEntry<'_, '_, Slice<'_>>,
+) -> gimli::Result<Fact> {
+    let name = entry
+        .attr_value(gimli::DW_AT_name)?
+        .and_then(|v| dwarf.attr_string(unit, v).ok())
+        .map(|s| s.to_string_lossy().into_owned());
+    let decl_file = entry
+        .attr_value(gimli::DW_AT_decl_file)?
+        .and_then(|f| match f {
+            AttributeValue::FileIndex(i) => Some(i),
+            other => other.udata_value(),
+        })
+        .and_then(|i| file_path(dwarf, unit, i));
+    let decl_line = entry.attr_value(gimli::DW_AT_decl_line)?.and_then(|v| u32::try_from(v.udata_value()?).ok());
+    let declaration = matches!(entry.attr_value(gimli::DW_AT_declaration)?, Some(AttributeValue::Flag(true)));
+    let next = global_ref(unit, entry.attr_value(gimli::DW_AT_abstract_origin)?)
+        .or(global_ref(unit, entry.attr_value(gimli::DW_AT_specification)?));
+    Ok(Fact { name, decl_file, decl_line, declaration, next })
+}
+
+fn collect(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>, facts: &mut Facts) -> gimli::Result<()> {
+    let mut entries = unit.entries();
+    while let Some((_, entry)) = entries.next_dfs()? {
+        if entry.tag() == gimli::DW_TAG_subprogram {
+            if let Some(at) = entry.offset().to_debug_info_offset(&unit.header) {
+                facts.push((at.0, fact_of(dwarf, unit, entry)?));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A DIE's name and declaration, completed through the DIEs it refers to.
+fn resolved(mut fact: Fact, facts: &Facts) -> Fact {
+    let mut next = fact.next;
+    for _ in 0..4 {
+        let Some(at) = next else { break };
+        let Ok(i) = facts.binary_search_by_key(&at, |f| f.0) else { break };
+        let other = &facts[i].1;
+        fact.name = fact.name.or_else(|| other.name.clone());
+        if fact.decl_file.is_none() || fact.decl_line.is_none() {
+            fact.decl_file = fact.decl_file.or_else(|| other.decl_file.clone());
+            fact.decl_line = fact.decl_line.or(other.decl_line);
+        }
+        next = other.next;
+    }
+    fact
+}
+
+/// The index of `path` in the unit's file table, added when new.
+fn intern(out: &mut Unit, path: &str) -> usize {
+    match out.files.iter().position(|f| f == path) {
+        Some(i) => i,
+        None => {
+            out.files.push(path.to_string());
+            out.files.len() - 1
+        }
+    }
+}
+
+fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>, facts: &Facts) -> gimli::Result<Unit> {
+    let mut out = Unit::default();
     let Some(program) = unit.line_program.clone() else { return Ok(out) };
     // The line program's file index -> our file table.
-    let header = program.header().clone();
-    let index_of = |out: &mut Unit, index: u64| -> Option<usize> {
-        let entry = header.file(index)?;
-        let name = text(Some(entry.path_name()));
-        let dir = text(entry.directory(&header));
-        let mut path = PathBuf::from(&out.comp_dir);
-        path.push(dir);
-        path.push(name);
-        let path = path.display().to_string();
-        Some(match out.files.iter().position(|f| *f == path) {
-            Some(i) => i,
-            None => {
-                out.files.push(path);
-                out.files.len() - 1
-            }
-        })
-    };
+    let index_of = |out: &mut Unit, index: u64| Some(intern(out, &file_path(dwarf, unit, index)?));
     let mut rows = program.rows();
     let mut file_cache: Vec<(u64, usize)> = Vec::new();
     while let Some((_, row)) = rows.next_row()? {
@@ -233,32 +338,13 @@ fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>) -> 
             continue;
         }
         // Name and declaration, through DW_AT_abstract_origin / DW_AT_specification.
-        let (mut name, mut decl_file, mut decl_line) = (None, None, None);
-        let mut declaration = false;
-        let mut die = Some(entry.clone());
-        for _ in 0..4 {
-            let Some(d) = die.take() else { break };
-            name = name.or(d.attr_value(gimli::DW_AT_name)?);
-            decl_file = decl_file.or(d.attr_value(gimli::DW_AT_decl_file)?);
-            decl_line = decl_line.or(d.attr_value(gimli::DW_AT_decl_line)?);
-            if d.offset() == entry.offset() {
-                declaration = matches!(d.attr_value(gimli::DW_AT_declaration)?, Some(AttributeValue::Flag(true)));
-            }
-            let next = d.attr_value(gimli::DW_AT_abstract_origin)?.or(d.attr_value(gimli::DW_AT_specification)?);
-            if let Some(AttributeValue::UnitRef(off)) = next {
-                die = unit.entry(off).ok();
-            }
-        }
-        let file_line =
-            |out: &mut Unit, file: Option<AttributeValue<Slice<'_>>>, line: Option<AttributeValue<Slice<'_>>>| {
-                let file = file.and_then(|f| match f {
-                    AttributeValue::FileIndex(i) => Some(i),
-                    other => other.udata_value(),
-                })?;
-                let line = u32::try_from(line?.udata_value()?).ok()?;
-                Some((index_of(out, file)?, line))
-            };
-        let decl = file_line(&mut out, decl_file, decl_line);
+        let fact = resolved(fact_of(dwarf, unit, entry)?, facts);
+        let decl = match (&fact.decl_file, fact.decl_line) {
+            (Some(f), Some(l)) => Some((intern(&mut out, f), l)),
+            _ => None,
+        };
+        let declaration = fact.declaration;
+        let name = fact.name.clone();
         let mut ranges = Vec::new();
         if let Ok(mut iter) = dwarf.die_ranges(unit, entry) {
             while let Ok(Some(r)) = iter.next() {
@@ -267,7 +353,9 @@ fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>) -> 
                 }
             }
         }
-        let low = ranges.iter().map(|r| r.0).min();
+        // The first range, in the DIE's order (perf's die_entrypc): a function split into a hot
+        // and a cold part starts at its hot part, which may lie above the cold one.
+        let low = ranges.first().map(|r| r.0);
         let entry_pc = match entry.attr_value(gimli::DW_AT_entry_pc)? {
             Some(AttributeValue::Udata(off)) => low.map(|l| l.wrapping_add(off)),
             Some(v) => dwarf.attr_address(unit, v).ok().flatten(),
@@ -282,8 +370,10 @@ fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>) -> 
         })
         .or(low);
         if tag == gimli::DW_TAG_subprogram {
-            let name = text(name);
-            if !declaration && !name.is_empty() {
+            let name = name.unwrap_or_default();
+            // perf's die_is_func_def: not a declaration, and inline (abstract) or with code.
+            let inline = entry.attr_value(gimli::DW_AT_inline)?.is_some();
+            if !declaration && !name.is_empty() && (inline || entry_pc.is_some()) {
                 if let Some(d) = decl {
                     out.defs.push((name.clone(), d));
                 }
@@ -296,19 +386,43 @@ fn read_unit(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>) -> 
                 inline_depths.clear();
             }
         } else if let Some((_, f)) = open.as_mut() {
-            let call = file_line(
-                &mut out,
-                entry.attr_value(gimli::DW_AT_call_file)?,
-                entry.attr_value(gimli::DW_AT_call_line)?,
-            );
+            let call_file = entry.attr_value(gimli::DW_AT_call_file)?.and_then(|f| match f {
+                AttributeValue::FileIndex(i) => Some(i),
+                other => other.udata_value(),
+            });
+            let call_line =
+                entry.attr_value(gimli::DW_AT_call_line)?.and_then(|v| u32::try_from(v.udata_value()?).ok());
+            let call = match (call_file.and_then(|i| index_of(&mut out, i)), call_line) {
+                (Some(f), Some(l)) => Some((f, l)),
+                _ => None,
+            };
             let nesting = inline_depths.len() as u32 + 1;
             inline_depths.push(depth);
             // `f` borrows `open`, not `out`: the file table was updated above.
-            f.inlines.push(Inline { depth: nesting, call, decl, entry: entry_pc, ranges });
+            f.inlines.push(Inline {
+                name: name.unwrap_or_default(),
+                depth: nesting,
+                call,
+                decl,
+                entry: entry_pc,
+                ranges,
+            });
         }
     }
     if let Some((_, f)) = open.take() {
         out.funcs.push(f);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn paths_lose_dots_as_perf_shows_them() {
+        let clean = |p: &str| super::clean(std::path::Path::new(p));
+        assert_eq!(clean("/b/py/build-static/../Objects/list.c"), "/b/py/Objects/list.c");
+        assert_eq!(clean("./build-static/../Objects/list.c"), "Objects/list.c");
+        assert_eq!(clean("/src/./a/b.c"), "/src/a/b.c");
+        assert_eq!(clean("../x.c"), "../x.c");
+    }
 }

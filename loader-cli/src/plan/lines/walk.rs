@@ -33,7 +33,7 @@ pub fn function_lines(unit: &Unit, func: &Func) -> Vec<Spot> {
             .filter(|i| i.ranges.iter().any(|&(lo, hi)| lo <= r.addr && r.addr < hi))
             .max_by_key(|i| i.depth);
         if let Some(i) = inner {
-            let at_call = i.call.is_some_and(|(f, l)| unit.files[f] == unit.files[decl_file] && l == r.line);
+            let at_call = i.call.is_some_and(|(f, l)| same_file(&unit.files[f], &unit.files[decl_file]) && l == r.line);
             let same_decl = i.decl.is_some_and(|(f, l)| f == decl_file && l == decl_line);
             if !at_call && !same_decl {
                 continue;
@@ -84,7 +84,7 @@ pub fn line_of(unit: &Unit, addr: u64) -> Option<FileLine> {
 /// Whether `spot`'s address is its own line's (perf lists and probes only such lines).
 pub fn reversible(unit: &Unit, spot: Spot) -> Result<(), FileLine> {
     match line_of(unit, spot.2) {
-        Some((f, l)) if unit.files[f] == unit.files[spot.0] && l != spot.1 => Err((f, l)),
+        Some((f, l)) if same_file(&unit.files[f], &unit.files[spot.0]) && l != spot.1 => Err((f, l)),
         _ => Ok(()),
     }
 }
@@ -94,9 +94,19 @@ pub fn reversible(unit: &Unit, spot: Spot) -> Result<(), FileLine> {
 /// address with another file's).
 pub fn listed(unit: &Unit, spot: Spot) -> bool {
     match line_of(unit, spot.2) {
-        Some((f, l)) => unit.files[f] == unit.files[spot.0] && l == spot.1,
+        Some((f, l)) => same_file(&unit.files[f], &unit.files[spot.0]) && l == spot.1,
         None => true,
     }
+}
+
+/// Whether the code at `addr` is `name`'s: the function it lies in, or a call inlined there
+/// (perf's `find_best_scope` with a function named: a `FUNC:N` site elsewhere is dropped).
+pub fn in_function(unit: &Unit, addr: u64, name: &str) -> bool {
+    let covers = |ranges: &[(u64, u64)]| ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi);
+    unit.funcs
+        .iter()
+        .filter(|f| f.contains(addr))
+        .any(|f| f.name == name || f.inlines.iter().any(|i| i.name == name && covers(&i.ranges)))
 }
 
 /// Whether `a` and `b` name the same file as perf compares them (`strtailcmp`: one is a
@@ -115,7 +125,6 @@ mod tests {
     fn unit() -> Unit {
         let row = |addr, line, stmt| Row { addr, file: 0, line, stmt };
         Unit {
-            comp_dir: "/src".into(),
             files: vec!["/src/a.c".into()],
             rows: vec![
                 row(0x10, 6, true),
@@ -133,6 +142,7 @@ mod tests {
                 entry: 0x10,
                 ranges: vec![(0x10, 0x40)],
                 inlines: vec![Inline {
+                    name: "g".into(),
                     depth: 1,
                     call: Some((0, 7)),
                     decl: Some((0, 1)),
@@ -167,6 +177,7 @@ mod tests {
         assert_eq!(f, vec![(0, 5, 0x10), (0, 6, 0x10), (0, 7, 0x18), (0, 7, 0x20), (0, 7, 0x20), (0, 8, 0x28)]);
         let all = unit_lines(&u);
         assert!(all.contains(&(0, 2, 0x38)) && all.contains(&(0, 1, 0x20)));
+        assert!(in_function(&u, 0x20, "g") && in_function(&u, 0x20, "f") && !in_function(&u, 0x18, "g"));
         assert!(same_file("/src/a.c", "a.c") && !same_file("/src/a.c", "b.c"));
     }
 }
