@@ -221,3 +221,26 @@ fn bad_lines_functions_files_and_programs_without_dwarf_are_refused_naming_what_
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("no function nosuch with code") && err.contains("classify"), "{err}");
 }
+
+/// `-L` on a program whose source is gone: one line saying so, with the lines' numbers.
+#[test]
+fn dash_l_without_the_source_says_so_in_one_line() {
+    let dir = uprobe_tests::tempfile("lines-src");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("gone.c");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lines.c"), &source).unwrap();
+    let prog = dir.join("gone");
+    let built = Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&prog).arg(&source).output().unwrap();
+    assert!(built.status.success(), "{built:?}");
+    std::fs::remove_file(&source).unwrap();
+    let out = Command::new(uprobe_run()).args(["-L", "classify", s(&prog)]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("gone.c: cannot read the source")
+            && err.ends_with("the lines a probe can go on: 0, 4, 5, 6, 7, 9, 10, 12, 13\n"),
+        "{err}"
+    );
+}
