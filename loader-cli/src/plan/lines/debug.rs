@@ -208,8 +208,14 @@ fn file_path(dwarf: &gimli::Dwarf<Slice<'_>>, unit: &gimli::Unit<Slice<'_>>, ind
     let text = |v: Option<AttributeValue<Slice<'_>>>| -> String {
         v.and_then(|v| dwarf.attr_string(unit, v).ok()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     };
-    let mut path = PathBuf::from(unit.comp_dir.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
-    path.push(text(entry.directory(header)));
+    let comp_dir = unit.comp_dir.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = text(entry.directory(header));
+    let mut path = PathBuf::from(&comp_dir);
+    // DWARF 5's directory 0 is the compilation directory itself: a relative one (glibc's
+    // `./malloc`) is not joined to itself.
+    if dir != comp_dir {
+        path.push(dir);
+    }
     path.push(text(Some(entry.path_name())));
     Some(clean(&path))
 }
