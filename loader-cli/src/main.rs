@@ -61,5 +61,11 @@ fn run() -> Result<Infallible, Error> {
             Err(reason) => Err(Error::Vars { place, reason }),
         },
         Plan::Attach(attach) => std::process::exit(attach::run(*attach)?),
+        Plan::Lines(lines) => {
+            let debug = plan::lines::debug::load(&lines.program).map_err(Error::LineRange)?;
+            let text = plan::lines::listing::show(&debug, &lines.range).map_err(Error::LineRange)?;
+            print!("{text}");
+            std::process::exit(0)
+        }
     }
 }

@@ -448,3 +448,17 @@ fn a_zombie_is_refused_in_one_line() {
     assert_eq!(status.code(), Some(2));
     assert_eq!(err, format!("uprobe-run: process {pid} is a zombie (it has exited; its parent has not reaped it)\n"));
 }
+
+/// Source lines by name in an attach: the process's executable is the program whose DWARF
+/// names them (`/proc/PID/exe`), and the counts equal a launch's.
+#[test]
+fn source_lines_in_an_attach_count_as_in_a_launch() {
+    need_ptrace!();
+    let sized = format!("p {}:sized:0", gated().display());
+    let args = ["--count", "-e", "p gated.c:46", "-e", &sized];
+    let launch = without_own_lines(&launched(&args).output);
+    assert!(launch.contains("gated_L46") && launch.contains("1000") && launch.contains("210"), "{launch}");
+    let (status, attach, own) = attached(&args);
+    assert_eq!(status.code(), Some(0), "{own:?}");
+    assert_eq!(without_own_lines(&attach), launch);
+}

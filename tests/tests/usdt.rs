@@ -260,3 +260,49 @@ fn an_events_file_names_markers_too() {
     assert_eq!(records(&run, "pl").len(), 45);
     assert_eq!(records(&run, "work").len(), 45);
 }
+
+/// An attach session raises a marker's semaphore while its probes are placed and lowers it
+/// when it ends: the program reads 0 before, 2 with two probes on the marker (and computes
+/// the arguments, which the records show), 0 again after, and stops computing.
+#[test]
+fn an_attach_session_raises_the_semaphore_while_armed_and_lowers_it_after() {
+    uprobe_tests::need_ptrace!();
+    use uprobe_tests::attach::{Session, Target};
+    let prog = gcc("usdt_gate", &["fixtures/usdt_gate.c"], &["-O2", "-g", "-Wall", "-Wextra"]);
+    let mut target = Target::start(&prog, &[]);
+    target.send("sem");
+    assert_eq!(target.out.expect("sem="), "sem=0");
+    let out = uprobe_tests::tempfile("usdt-attach");
+    let mut session = Session::start(
+        target.pid,
+        &["-o", s(&out), "-e", "p sdt:gate:hit", "-e", &format!("p:again/hit {}:sdt:gate:hit", s(&prog))],
+    );
+    target.send("work");
+    assert_eq!(target.out.expect("computed="), "computed=10");
+    assert_eq!(target.out.expect("sem="), "sem=2");
+    // SAFETY: kill(2) with our own child's pid: SIGINT ends the session (detach).
+    unsafe { libc::kill(session.child.id() as i32, libc::SIGINT) };
+    let (status, _) = session.wait();
+    assert!(status.success(), "{status:?}: {:?}", session.own_lines());
+    target.send("work");
+    assert_eq!(target.out.expect("computed="), "computed=10");
+    assert_eq!(target.out.expect("sem="), "sem=0");
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let args: Vec<String> = records_of(&text, "hit").iter().map(|r| r["arg1"].clone()).collect();
+    let want: Vec<String> = (0..10).flat_map(|i| [(i * 3).to_string(), (i * 3).to_string()]).collect();
+    assert_eq!(args, want, "{text}");
+}
+
+/// [`records`] of a session's output text.
+fn records_of(text: &str, event: &str) -> Vec<BTreeMap<String, String>> {
+    let run = Run {
+        status: std::process::ExitStatus::default(),
+        stdout: String::new(),
+        stderr: String::new(),
+        output: text.into(),
+    };
+    records(&run, event)
+}

@@ -259,6 +259,12 @@ pub struct Cli {
     /// `perf probe -V` lists them: uprobe-run --vars FUNC PROGRAM.
     #[arg(long, value_name = "FUNC", help_heading = heading::MODES)]
     pub vars: Option<String>,
+    /// Show the source lines of a function (numbered from its declared line) or of a source
+    /// file, with a number on each line a probe can go on (`p PROG:FUNC:N`, `p FILE.c:N`),
+    /// as perf probe -L shows them: uprobe-run -L FUNC[:START[-END]] PROGRAM, or
+    /// -L FILE.c[:START[-END]] PROGRAM. Reads the DWARF of PROGRAM or of its debug file.
+    #[arg(short = 'L', long = "line", value_name = "FUNC|FILE[:START[-END]]", help_heading = heading::MODES)]
+    pub line_range: Option<String>,
 
     /// Print the version and the runtime library uprobe-run preloads, then exit.
     #[arg(short = 'V', long)]

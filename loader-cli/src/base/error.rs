@@ -70,6 +70,10 @@ pub enum Error {
     Usdt { def: String, reason: String },
     #[error("--vars '{}': {reason}", one_line(.place))]
     Vars { place: String, reason: String },
+    #[error("-e '{}': {reason}", one_line(.def))]
+    Lines { def: String, reason: String },
+    #[error("{0}")]
+    LineRange(String),
     #[error("{0}")]
     Filter(String),
     #[error("--events {}: cannot read: {}", .path.display(), describe(.source))]

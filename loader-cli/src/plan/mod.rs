@@ -14,6 +14,7 @@
 pub mod aggregate;
 pub mod dwarf;
 pub mod filter;
+pub mod lines;
 pub mod usdt;
 
 use std::ffi::OsString;
@@ -46,6 +47,16 @@ pub enum Plan {
     Vars { place: String, program: PathBuf },
     /// `--pid`: attach to a running process.
     Attach(Box<Attach>),
+    /// `-L`: the source lines a probe can go on.
+    Lines(Lines),
+}
+
+/// `-L RANGE PROGRAM`: the lines of a function or a source file, numbered where a probe can
+/// go, as `perf probe -L` shows them.
+#[derive(Debug)]
+pub struct Lines {
+    pub range: lines::listing::Range,
+    pub program: PathBuf,
 }
 
 /// What every mode hands the runtime: the handler libraries, their parameters, the output,
@@ -256,6 +267,12 @@ impl Plan {
             Some(path) => load_config(path)?,
             None => config::Config::default(),
         };
+        if let Some(text) = &cli.line_range {
+            let range = lines::listing::parse(text).map_err(Error::LineRange)?;
+            let words = list_arguments(&cli.command)?.1;
+            let program = resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?;
+            return Ok(Plan::Lines(Lines { range, program }));
+        }
         let switches = Switches::of(&cli, &config.options);
         let aggregation = aggregate::aggregation(&cli)?;
         check_serve(&cli, aggregation.any())?;
@@ -361,11 +378,20 @@ fn attach(pid: i32, cli: Cli, setup: Setup, aggregation: Aggregate) -> Result<At
 fn events(cli: &Cli, aggregation: &Aggregate) -> Result<Events, Error> {
     let (mut definitions, mut event_files) = (cli.events.clone(), cli.event_files.clone());
     usdt::inline_files(&mut definitions, &mut event_files)?;
-    if definitions.iter().any(|t| usdt::names_a_marker(t)) {
-        // Markers by name become PATH:OFFSET(REF_CTR_OFFSET) definitions of the program's files.
-        let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
-        let program = resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?;
+    let by_name = |t: &String| usdt::names_a_marker(t) || lines::names_a_line(t);
+    if definitions.iter().any(by_name) {
+        // Markers and source lines by name become PATH:OFFSET definitions of the program's
+        // files (the attached process's executable with --pid).
+        let program = match cli.pid {
+            Some(pid) => fs::read_link(format!("/proc/{pid}/exe"))
+                .map_err(|source| Error::Read { path: PathBuf::from(format!("/proc/{pid}/exe")), source })?,
+            None => {
+                let words = if cli.list { list_arguments(&cli.command)?.1 } else { cli.command.clone() };
+                resolve_program(Path::new(words.first().ok_or(Error::NoProgram)?))?
+            }
+        };
         definitions = usdt::translate(&definitions, &program)?;
+        definitions = lines::translate(&definitions, &program)?;
     }
     if definitions.iter().any(|t| dwarf::names_variables(t)) {
         // DWARF names become fetchargs (registers, offsets) at the function's entry.

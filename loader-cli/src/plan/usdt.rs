@@ -137,7 +137,7 @@ fn search_dirs() -> Vec<PathBuf> {
 
 /// The file a MODULE names: a path as given, one of the start-up modules, or a library of
 /// that name in the search directories (one the program may `dlopen`).
-fn module_file(module: &str, startup: &[PathBuf]) -> Option<PathBuf> {
+pub fn module_file(module: &str, startup: &[PathBuf]) -> Option<PathBuf> {
     if module.contains('/') {
         return Path::new(module).is_file().then(|| module.into());
     }
