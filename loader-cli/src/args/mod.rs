@@ -163,7 +163,9 @@ pub struct Cli {
     pub filters: Vec<String>,
 
     /// How events are written: text (as the kernel's trace shows them), json (one object a
-    /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
+    /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing); reports are
+    /// text or json, or folded (`--count --by ustack`: one `frame;frame;frame count` line a
+    /// stack, outermost first, as stackcollapse writes them for flame graph tools).
     #[arg(long, value_enum, value_name = "FORMAT", help_heading = heading::EVENTS)]
     pub format: Option<Format>,
 
@@ -204,6 +206,11 @@ pub struct Cli {
     /// combination (`--by caller,size`), a column each.
     #[arg(long, value_name = "KEY[,KEY...]", help_heading = heading::AGGREGATIONS)]
     pub by: Option<String>,
+
+    /// With --count --by ustack: at the end of the run, draw the counted stacks as a flame
+    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them; written by the process).
+    #[arg(long, value_name = "FILE.svg", help_heading = heading::AGGREGATIONS)]
+    pub flamegraph: Option<PathBuf>,
 
     /// With --count: keep the N largest counts.
     #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true, help_heading = heading::AGGREGATIONS)]
@@ -279,6 +286,7 @@ pub enum Format {
     Text,
     Json,
     Chrome,
+    Folded,
 }
 
 impl Format {
@@ -287,6 +295,7 @@ impl Format {
             Format::Text => "text",
             Format::Json => "json",
             Format::Chrome => "chrome",
+            Format::Folded => "folded",
         }
     }
 }

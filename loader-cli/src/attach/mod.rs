@@ -93,7 +93,7 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
         switches: switches.names(),
         duration: plan.duration,
         verbose: switches.verbose,
-        chrome: plan.events.format.is_some_and(|f| f.name() == "chrome"),
+        chrome: plan.events.format.is_some_and(|f| matches!(f.name(), "chrome" | "folded")),
         spec,
         feed: serving.as_ref().map(|(_, theirs, _)| *theirs),
     };

@@ -38,7 +38,8 @@ pub struct Spec {
     pub max_events: Option<u64>,
     /// `trigger<TAB>EVENT:enable=E,disable=F`: hits of EVENT switch other events on or off.
     pub triggers: Vec<String>,
-    /// `format<TAB>text|json|chrome`: how events are written.
+    /// `format<TAB>text|json|chrome|folded`: how events and reports are written (`folded`:
+    /// a report's stacks as `frame;frame count` lines).
     pub format: Option<String>,
     /// `buffer-size<TAB>BYTES`: each thread's event buffer.
     pub buffer_size: Option<usize>,
@@ -70,6 +71,9 @@ pub struct Aggregate {
     /// `feed<TAB>FD`: an inherited socket on which uprobe-run asks for the numbers it serves
     /// as metrics (`--serve`).
     pub feed: Option<i32>,
+    /// `flamegraph<TAB>PATH`: the end of the run draws the stacks counted by `ustack` as a
+    /// flame graph SVG into PATH.
+    pub flamegraph: Option<String>,
 }
 
 impl Aggregate {
@@ -185,6 +189,7 @@ pub fn decode(text: &str) -> Result<Spec, SpecError> {
                 spec.aggregate.interval_ns = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?)
             }
             "cumulative" => spec.aggregate.cumulative = true,
+            "flamegraph" => spec.aggregate.flamegraph = Some(value.into()),
             "feed" => {
                 let fd = value.parse().ok().filter(|&fd: &i32| fd >= 0);
                 spec.aggregate.feed = Some(fd.ok_or_else(|| SpecError::BadValue(line.into()))?)

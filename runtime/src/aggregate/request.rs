@@ -20,6 +20,10 @@ pub struct Request {
     pub cumulative: bool,
     /// Reports as JSON lines (`--format json`), else text.
     pub json: bool,
+    /// Reports as folded stacks (`--format folded`): one `frame;frame count` line a stack.
+    pub folded: bool,
+    /// `--flamegraph FILE.svg`: where the end of the run draws the counted stacks.
+    pub flamegraph: Option<String>,
 }
 
 /// One `--hist` or `--lhist`.
@@ -44,7 +48,8 @@ pub struct RequestError {
 }
 
 impl Request {
-    pub fn parse(spec: &Aggregate, json: bool) -> Result<Request, RequestError> {
+    /// The request of `spec`, its reports written in `format` (`--format`).
+    pub fn parse(spec: &Aggregate, format: Option<&str>) -> Result<Request, RequestError> {
         let mut hists = Vec::new();
         for text in &spec.hists {
             hists.push(parse_hist(text)?);
@@ -60,7 +65,9 @@ impl Request {
             latency: spec.latency.clone(),
             interval_ns: spec.interval_ns,
             cumulative: spec.cumulative,
-            json,
+            json: format == Some("json"),
+            folded: format == Some("folded"),
+            flamegraph: spec.flamegraph.clone(),
         })
     }
 }
@@ -177,10 +184,10 @@ mod tests {
             interval_ns: Some(7),
             ..Aggregate::default()
         };
-        let r = Request::parse(&spec, true).unwrap();
+        let r = Request::parse(&spec, Some("json")).unwrap();
         assert_eq!(r.hists.len(), 2);
         assert_eq!((r.count, r.json, r.interval_ns), (true, true, Some(7)));
         let bad = Aggregate { hists: vec!["nodot".into()], ..Aggregate::default() };
-        assert!(Request::parse(&bad, false).is_err());
+        assert!(Request::parse(&bad, None).is_err());
     }
 }

@@ -115,8 +115,8 @@ fn at_entry(e: &Event) -> bool {
 
 /// Starts aggregating the run's events instead of streaming them; false when there are none;
 /// the line to refuse the run with (see `trace::setup::refuse_line`).
-pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> Result<bool, String> {
-    let request = Request::parse(asked, json).map_err(|e| e.to_string())?;
+pub fn start(settings: &Settings, asked: &Aggregate, format: Option<&str>) -> Result<bool, String> {
+    let request = Request::parse(asked, format).map_err(|e| e.to_string())?;
     if !setup::start_with(settings, Some(&Aggregator { request }))? {
         return Ok(false);
     }

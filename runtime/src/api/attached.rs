@@ -35,11 +35,11 @@ impl Events for Attached {
         let (settings, format) = init::settings(spec);
         // A Chrome trace is one JSON document: the runtime's lines go beside it, to
         // uprobe-run's stderr, as a launch writes them to the program's.
-        if format == Format::Chrome {
+        if format == Format::Chrome || spec.format.as_deref() == Some("folded") {
             output::set_messages(Messages::Aside);
         }
         let started = match spec.aggregate.any() {
-            true => aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json),
+            true => aggregate::setup::start(&settings, &spec.aggregate, spec.format.as_deref()),
             false => setup::start(&settings),
         };
         match started {

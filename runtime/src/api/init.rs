@@ -178,9 +178,9 @@ fn start(spec: &Spec) {
         }
         sys::exit_now(if found == 0 { 1 } else { 0 });
     }
-    let (settings, format) = settings(spec);
+    let (settings, _) = settings(spec);
     let started = match spec.aggregate.any() {
-        true => aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json),
+        true => aggregate::setup::start(&settings, &spec.aggregate, spec.format.as_deref()),
         false => setup::start(&settings),
     };
     if let Err(line) = started {
@@ -216,6 +216,8 @@ pub fn settings(spec: &Spec) -> (Settings, Format) {
     match format {
         Format::Json => output::set_messages(output::Messages::Json),
         Format::Chrome => output::set_messages(output::Messages::Stderr),
+        // Folded lines go to flame graph tools as they are: the runtime's lines go aside.
+        Format::Text if spec.format.as_deref() == Some("folded") => output::set_messages(output::Messages::Stderr),
         Format::Text => {}
     }
     let settings = Settings {

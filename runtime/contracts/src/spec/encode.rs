@@ -87,6 +87,9 @@ pub fn encode(spec: &Spec) -> Result<String, SpecError> {
     if a.cumulative {
         record("cumulative", "")?;
     }
+    if let Some(path) = &a.flamegraph {
+        record("flamegraph", path)?;
+    }
     if let Some(fd) = a.feed {
         if fd < 0 {
             return Err(SpecError::Unencodable { key: "feed", value: fd.to_string() });
@@ -102,4 +105,4 @@ pub fn encode(spec: &Spec) -> Result<String, SpecError> {
 }
 
 /// The formats a `format` record may name.
-pub(super) const FORMATS: [&str; 3] = ["text", "json", "chrome"];
+pub(super) const FORMATS: [&str; 4] = ["text", "json", "chrome", "folded"];
