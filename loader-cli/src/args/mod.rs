@@ -162,6 +162,11 @@ pub struct Cli {
     #[arg(long = "filter", value_name = "EVENT: EXPR", help_heading = heading::EVENTS)]
     pub filters: Vec<String>,
 
+    /// Record the user stack at every hit of every event, as a `$ustack` fetcharg (perf's
+    /// -g): text shows it as perf script shows call chains, json as an array of frames.
+    #[arg(short = 'g', long, help_heading = heading::EVENTS)]
+    pub call_graph: bool,
+
     /// How events are written: text (as the kernel's trace shows them), json (one object a
     /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing); reports are
     /// text or json, or folded (`--count --by ustack`: one `frame;frame;frame count` line a

@@ -58,7 +58,9 @@ impl Aggregation {
             "--format chrome",
             "reports are text, json or folded",
         )?;
-        let stacks = cli.count && cli.by.as_deref().is_some_and(|by| by.split(',').any(|p| p.starts_with("ustack")));
+        // Whether a part of the key is a stack (`ustack`, or an argument `$ustack`) is the
+        // runtime's to check, against the definitions.
+        let stacks = cli.count && cli.by.is_some();
         let folded = cli.format == Some(Format::Folded);
         needs(folded && !stacks, "--format folded", "folds the stacks of --count --by ustack")?;
         let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();

@@ -102,6 +102,8 @@ pub struct Options {
     pub lenient: bool,
     /// `raw-address`: probes may go at addresses outside every function symbol.
     pub raw_address: bool,
+    /// `call-graph`: every event records the user stack at its hit (`-g`), as `$ustack`.
+    pub call_graph: bool,
     /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
     /// exec'd program knows it was not started by uprobe-run directly.
     pub followed_exec: bool,

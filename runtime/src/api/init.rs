@@ -229,6 +229,7 @@ pub fn settings(spec: &Spec) -> (Settings, Format) {
         format,
         buffer_size: spec.buffer_size.unwrap_or(setup::DEFAULT_BUFFER),
         lenient: spec.options.lenient,
+        call_graph: spec.options.call_graph,
         followed_exec: spec.options.followed_exec,
     };
     (settings, format)

@@ -10,6 +10,7 @@
 
 use core::fmt::Write;
 
+use crate::trace::chain;
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Base, FetchArg, Type};
 use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
@@ -70,6 +71,10 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
     let mut at = args_start(rec)?;
     let mut out = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
+        if arg.is_stack() {
+            out.push(chain::decode(rec, &mut at)?);
+            continue;
+        }
         let faulted = faults & (1 << i) != 0;
         let one = |at: &mut usize| -> Option<Value> {
             if arg.ty.is_string() {
@@ -330,13 +335,19 @@ impl Line<'_> {
         }
         out.extend_from_slice(self.probe.as_bytes());
         out.push(b')');
-        for (arg, v) in self.args.iter().zip(self.values) {
+        let values = || self.args.iter().zip(self.values);
+        for (arg, v) in values().filter(|(a, _)| !a.is_stack()) {
             out.push(b' ');
             out.extend_from_slice(arg.name.as_bytes());
             out.push(b'=');
             text_value(out, &arg.ty, &self.value_of(v), syms);
         }
         out.push(b'\n');
+        // Stacks under the line, as `perf script` prints call chains, and a blank line.
+        for (_, v) in values().filter(|(a, _)| a.is_stack()) {
+            chain::text(out, v, syms);
+            out.push(b'\n');
+        }
     }
 
     /// The `args` object: name to value.
@@ -348,7 +359,10 @@ impl Line<'_> {
             }
             json_string(out, arg.name.as_bytes());
             out.push(':');
-            json_value(out, &arg.ty, &self.value_of(v), syms);
+            match arg.is_stack() {
+                true => chain::json(out, v, syms),
+                false => json_value(out, &arg.ty, &self.value_of(v), syms),
+            }
         }
         out.push('}');
     }
