@@ -40,7 +40,9 @@ pub fn frame(addr: u64, caller: bool, syms: &mut dyn Symbols) -> String {
     let name = syms.symbolize(addr - u64::from(caller));
     match name.rsplit_once("+0x").map(|(s, off)| (s, u64::from_str_radix(off, 16))) {
         Some((sym, Ok(off))) if caller => format!("{sym}+{:#x}", off + 1),
-        _ => name,
+        Some(_) => name,
+        // No symbol: the address itself.
+        None => format!("{addr:#x}"),
     }
 }
 
@@ -127,6 +129,7 @@ mod tests {
             match addr {
                 0x1000..=0x1fff => format!("leaf+{:#x}", addr - 0x1000),
                 0x2000..=0x2fff => format!("main+{:#x}", addr - 0x2000),
+                0x3000..=0x3fff => format!("{addr:#x}"),
                 _ => format!("{addr:#x}"),
             }
         }
@@ -154,6 +157,7 @@ mod tests {
         assert_eq!(j, r#"["leaf+0x0","main+0x10","[stack unreadable from here]"]"#);
         let mut f = Frames::default();
         assert_eq!(f.id(&v, &mut Fake), Some(3));
+        assert_eq!(frame(0x3010, true, &mut Fake), "0x3010");
         let other = Value::Array(vec![Value::Num(0x1000), Value::Num(0x2010)]);
         assert_eq!((f.id(&other, &mut Fake), f.id(&Value::Array(vec![]), &mut Fake)), (Some(5), None));
         let mut j = String::new();
