@@ -18,9 +18,10 @@ use crate::base::lock::Mutex;
 use crate::base::{output, sys};
 use crate::probe::{deferred, registry, world};
 use crate::trace::buffers::{self, InUse};
+use crate::trace::chrome::chrome_event;
 use crate::trace::def::Kind;
 use crate::trace::events;
-use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
+use crate::trace::format::{self, json_string, Line, Symbols};
 use crate::trace::{chain, clock};
 
 /// How long the thread sleeps between passes.
@@ -344,7 +345,7 @@ fn emit(st: &mut State, s: &Staged, bytes: &[u8], out: &mut Vec<u8>) {
             let mut args = String::new();
             line.json_args(&mut args, &mut st.symbols);
             let stack = ev.args.iter().zip(&values).find(|(a, _)| a.is_stack());
-            let sf = stack.and_then(|(_, v)| st.frames.id(v, &mut st.symbols));
+            let sf = stack.and_then(|(_, v)| st.frames.id(&format::frames(v), &mut |a| st.symbols.symbolize(a)));
             chrome(st, s, (h.addr, sf), ev.kind, &ev.name, &ev.group, &probe, &comm, args, out);
         }
     }
@@ -493,7 +494,7 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
             }
         }
         text.push_str("\n],\"displayTimeUnit\":\"ns\",");
-        st.frames.json(&mut text);
+        st.frames.json(&mut text, json_string);
         text.push_str("\"otherData\":{\"dropped\":{");
         for (i, (name, _, n)) in drops.iter().enumerate() {
             if i > 0 {
