@@ -1,7 +1,7 @@
 //! Stacks in records (`$ustack`): read back from a record, and shown as `perf script` shows a
 //! call chain (a frame a line, `\t    ADDR NAME`, a blank line after the event's), or as a
 //! JSON array of frames. Frames are named here, when the records are written out, never at
-//! the hit. Pure, given the [`Symbols`].
+//! the hit. Pure, given a [`Namer`].
 
 use core::fmt::Write;
 
