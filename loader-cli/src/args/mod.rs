@@ -164,8 +164,15 @@ pub struct Cli {
     #[arg(long = "filter", value_name = "EVENT: EXPR", help_heading = heading::EVENTS)]
     pub filters: Vec<String>,
 
+    /// Record the user stack at every hit of every event, as a `$ustack` fetcharg (perf's
+    /// -g): text shows it as perf script shows call chains, json as an array of frames.
+    #[arg(short = 'g', long, help_heading = heading::EVENTS)]
+    pub call_graph: bool,
+
     /// How events are written: text (as the kernel's trace shows them), json (one object a
-    /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing).
+    /// line) or chrome (Trace Event Format, for Perfetto and chrome://tracing); reports are
+    /// text or json, or folded (`--count --by ustack`: one `frame;frame;frame count` line a
+    /// stack, outermost first, as stackcollapse writes them for flame graph tools).
     #[arg(long, value_name = "FORMAT", value_parser = format_parser(), help_heading = heading::EVENTS)]
     pub format: Option<Format>,
 
@@ -206,6 +213,11 @@ pub struct Cli {
     /// combination (`--by caller,size`), a column each.
     #[arg(long, value_name = "KEY[,KEY...]", help_heading = heading::AGGREGATIONS)]
     pub by: Option<String>,
+
+    /// With --count --by ustack: at the end of the run, draw the counted stacks as a flame
+    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them; written by the process).
+    #[arg(long, value_name = "FILE.svg", help_heading = heading::AGGREGATIONS)]
+    pub flamegraph: Option<PathBuf>,
 
     /// With --count: keep the N largest counts.
     #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true, help_heading = heading::AGGREGATIONS)]

@@ -93,7 +93,7 @@ pub fn run(plan: plan::Attach) -> Result<i32, Error> {
         switches: switches.names(),
         duration: plan.duration,
         verbose: switches.verbose,
-        chrome: plan.events.format == Some(plan::Format::Chrome),
+        chrome: matches!(plan.events.format, Some(plan::Format::Chrome | plan::Format::Folded)),
         spec,
         feed: serving.as_ref().map(|(_, theirs, _)| *theirs),
     };

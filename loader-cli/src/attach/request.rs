@@ -24,7 +24,8 @@ pub struct Request {
     /// What the session runs besides handler libraries, as the run spec carries it:
     /// definitions, filters, stream and aggregation options, a listing.
     pub spec: Spec,
-    /// `--format chrome`: the runtime's own lines come beside the trace, for stderr.
+    /// `--format chrome` or `folded`: the runtime's own lines come beside the trace or the
+    /// folded stacks, for stderr.
     pub chrome: bool,
     /// `--serve`: the process's end of the metrics feed, handed to it over the session.
     pub feed: Option<std::os::fd::RawFd>,

@@ -32,7 +32,34 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
     needs(cli.count && no_events, "--count", "no events to count (define them with -e or --events)")?;
     let histograms = !cli.hists.is_empty() || !cli.lhists.is_empty();
     needs(histograms && no_events, "--hist", "no events to take values from (define them with -e or --events)")?;
-    needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text or json")?;
+    needs(aggregating && cli.format == Some(Format::Chrome), "--format chrome", "reports are text, json or folded")?;
+    // Whether a part of the key is a stack (`ustack`, or an argument `$ustack`) is the
+    // runtime's to check, against the definitions.
+    let stacks = cli.count && cli.by.is_some();
+    let folded = cli.format == Some(Format::Folded);
+    needs(folded && !stacks, "--format folded", "folds the stacks of --count --by ustack")?;
+    let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
+    needs(folded && timed, "--format folded", "histograms and timed calls have no stacks to fold")?;
+    needs(cli.flamegraph.is_some() && !stacks, "--flamegraph", "draws the stacks of --count --by ustack")?;
+    needs(
+        cli.flamegraph.is_some() && cli.pid.is_some(),
+        "--flamegraph",
+        "not with --pid (the process draws it at the end of a launch)",
+    )?;
+    let flamegraph = match &cli.flamegraph {
+        // The program may change directory: the path is made whole here.
+        Some(path) => {
+            let whole = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            match whole.to_str().filter(|p| !p.contains('\n')) {
+                Some(p) => Some(p.to_owned()),
+                None => {
+                    let value = whole.to_string_lossy().into_owned();
+                    return Err(Error::AggregateValue { option: "--flamegraph", value, reason: "not a UTF-8 path of one line" });
+                }
+            }
+        }
+        None => None,
+    };
 
     let one_line = |option: &'static str, texts: &[String]| match texts.iter().find(|t| t.contains('\n')) {
         Some(text) => Err(Error::AggregateValue { option, value: text.clone(), reason: "contains a newline" }),
@@ -50,6 +77,7 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
         cumulative: cli.cumulative,
         // The socket's number is known when the launch or attach makes it (`--serve`).
         feed: None,
+        flamegraph,
     })
 }
 
@@ -93,7 +121,10 @@ mod tests {
         assert!(refused(&["-e", "p t:f", "--interval", "1"]).starts_with("--interval: needs a report"));
         assert!(refused(&["--count"]).starts_with("--count: no events to count"));
         assert!(refused(&["--lhist", "f.a,0,10,1"]).starts_with("--hist: no events"));
-        assert_eq!(refused(&["--latency", "f", "--format", "chrome"]), "--format chrome: reports are text or json");
+        assert_eq!(
+            refused(&["--latency", "f", "--format", "chrome"]),
+            "--format chrome: reports are text, json or folded"
+        );
         assert_eq!(refused(&["--latency", "f\ng"]), "--latency 'f\\ng': contains a newline");
     }
 }

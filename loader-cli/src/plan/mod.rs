@@ -121,11 +121,12 @@ pub struct Switches {
     pub stats: bool,
     pub lenient: bool,
     pub raw_address: bool,
+    pub call_graph: bool,
 }
 
 impl Switches {
     /// Each switch, by its name in the config file and in the runtime's `option` records.
-    fn fields(&mut self) -> [(&'static str, &mut bool); 8] {
+    fn fields(&mut self) -> [(&'static str, &mut bool); 9] {
         [
             ("no-optimize", &mut self.no_optimize),
             ("verbose", &mut self.verbose),
@@ -135,6 +136,7 @@ impl Switches {
             ("stats", &mut self.stats),
             ("lenient", &mut self.lenient),
             ("raw-address", &mut self.raw_address),
+            ("call-graph", &mut self.call_graph),
         ]
     }
 
@@ -153,6 +155,7 @@ impl Switches {
             stats: cli.stats,
             lenient: cli.lenient,
             raw_address: cli.raw_address,
+            call_graph: cli.call_graph,
         };
         for (name, on) in switches.fields() {
             *on |= from_config.iter().any(|n| n == name);

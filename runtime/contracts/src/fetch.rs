@@ -65,6 +65,9 @@ pub enum Fetch {
     Comm,
     /// `$argN`, 1-based: the System V argument registers, then the stack.
     Arg(u32),
+    /// `$ustack` or `$ustack:DEPTH`: the user stack at the hit, at most DEPTH frames
+    /// ([`MAX_STACK_DEPTH`] when none is given), innermost first.
+    Ustack(u8),
     /// `@ADDR`: memory at an address.
     Memory(u64),
     /// `@+OFFSET`: memory at a file offset of the probed file.
@@ -139,6 +142,8 @@ impl Type {
     /// The type of a fetcharg written without one: `x64`.
     pub const DEFAULT: Type = Type { base: Base::Hex, size: 8, bitfield: None, count: None };
     const STRING: Type = Type { base: Base::String, size: 8, bitfield: None, count: None };
+    /// The type of `$ustack`: frame addresses, shown as symbols.
+    pub const STACK: Type = Type { base: Base::Symbol, size: 8, bitfield: None, count: None };
 
     /// Whether the value is a string (read at its address).
     pub fn is_string(&self) -> bool {
@@ -170,6 +175,14 @@ pub struct FetchArg {
     pub fetch: Fetch,
     /// How it is read and shown.
     pub ty: Type,
+}
+
+impl FetchArg {
+    /// Whether it is `$ustack`: a record holds its frames (a u32 count, then the frames),
+    /// and it is shown as a call chain, not as one value.
+    pub fn is_stack(&self) -> bool {
+        matches!(self.fetch, Fetch::Ustack(_))
+    }
 }
 
 /// What was wrong, and where (a byte offset into the fetcharg's text).
@@ -210,7 +223,24 @@ pub fn number(text: &str) -> Option<i128> {
     Some(if neg { -(v as i128) } else { v as i128 })
 }
 
-/// Parses `[NAME=]FETCHARG[:TYPE]`; `index` (1-based) names it `argN` when no NAME is given.
+/// The deepest stack `$ustack:DEPTH` takes.
+pub const MAX_STACK_DEPTH: u8 = 127;
+
+/// `$ustack` or `$ustack:DEPTH` (`at`: where the body starts); None for any other body.
+fn ustack(body: &str, at: usize) -> Option<Result<Fetch, ArgError>> {
+    let rest = body.strip_prefix("$ustack")?;
+    Some(match rest.strip_prefix(':') {
+        None if rest.is_empty() => Ok(Fetch::Ustack(MAX_STACK_DEPTH)),
+        None => return None,
+        Some(depth) => match depth.parse::<u8>() {
+            Ok(d) if (1..=MAX_STACK_DEPTH).contains(&d) => Ok(Fetch::Ustack(d)),
+            _ => err(at + 8, format!("a depth from 1 to {MAX_STACK_DEPTH} after $ustack:, not {depth:?}")),
+        },
+    })
+}
+
+/// Parses `[NAME=]FETCHARG[:TYPE]`; `index` (1-based) names it `argN` when no NAME is given
+/// (`ustack` for `$ustack`).
 pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError> {
     let (name, body, body_at) = match text.find('=').filter(|&i| is_name(&text[..i])) {
         Some(i) => (text[..i].to_string(), &text[i + 1..], i + 1),
@@ -221,6 +251,15 @@ pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError>
     };
     if body.is_empty() {
         return err(body_at, "a fetcharg after the name");
+    }
+    // A stack takes no type: its `:DEPTH` is no type.
+    if let Some(fetch) = ustack(body, body_at) {
+        let name = if name == format!("arg{index}") && !text.starts_with(&format!("arg{index}=")) {
+            "ustack".to_string()
+        } else {
+            name
+        };
+        return Ok(FetchArg { name, fetch: fetch?, ty: Type::STACK });
     }
     // The type follows the last ':' outside of a quoted string.
     let (value, ty_text) = match split_type(body) {
@@ -363,7 +402,7 @@ fn parse_variable(var: &str, at: usize, site: Site) -> Result<Fetch, ArgError> {
                     Ok(n) => Ok(Fetch::Arg(n)),
                 };
             }
-            err(at, "$stack, $stackN, $retval, $comm, $argN or $optimized_out")
+            err(at, "$stack, $stackN, $retval, $comm, $argN, $ustack[:DEPTH] or $optimized_out")
         }
     }
 }
@@ -456,6 +495,19 @@ mod tests {
 
     fn bad(text: &str, site: Site) -> ArgError {
         parse(text, 1, site).expect_err(text)
+    }
+
+    #[test]
+    fn stacks_take_a_depth_and_no_type() {
+        let whole = ok("$ustack");
+        assert_eq!((whole.name.as_str(), &whole.fetch, whole.ty), ("ustack", &Fetch::Ustack(127), Type::STACK));
+        assert!(whole.is_stack() && !ok("%di").is_stack());
+        assert_eq!(ok("$ustack:8").fetch, Fetch::Ustack(8));
+        assert_eq!(ok("st=$ustack:3").name, "st");
+        assert_eq!(bad("$ustack:128", Site::Entry).what, "a depth from 1 to 127 after $ustack:, not \"128\"");
+        assert_eq!(bad("$ustack:0", Site::Entry).at, 8);
+        assert!(parse("$ustack:x", 1, Site::Return).is_err() && parse("$ustackz", 1, Site::Entry).is_err());
+        assert_eq!(parse("$ustack", 1, Site::Return).unwrap().fetch, Fetch::Ustack(127));
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub struct Spec {
     pub max_events: Option<u64>,
     /// `trigger<TAB>EVENT:enable=E,disable=F`: hits of EVENT switch other events on or off.
     pub triggers: Vec<String>,
-    /// `format<TAB>text|json|chrome`: how events are written.
+    /// `format<TAB>text|json|chrome|folded`: how events and reports are written (`folded`:
+    /// a report's stacks as `frame;frame count` lines).
     pub format: Option<Format>,
     /// `buffer-size<TAB>BYTES`: each thread's event buffer.
     pub buffer_size: Option<usize>,
@@ -59,11 +60,13 @@ pub enum Format {
     Json = 1,
     /// `chrome`: the Trace Event Format (Perfetto, chrome://tracing).
     Chrome = 2,
+    /// `folded`: a report's stacks as `frame;frame;frame count` lines (`--count --by ustack`).
+    Folded = 3,
 }
 
 impl Format {
     /// Every format, in the order of their numbers.
-    pub const ALL: [Format; 3] = [Format::Text, Format::Json, Format::Chrome];
+    pub const ALL: [Format; 4] = [Format::Text, Format::Json, Format::Chrome, Format::Folded];
 
     /// Its name in a `format` record and on the command line.
     pub fn name(self) -> &'static str {
@@ -71,6 +74,7 @@ impl Format {
             Format::Text => "text",
             Format::Json => "json",
             Format::Chrome => "chrome",
+            Format::Folded => "folded",
         }
     }
 
@@ -102,6 +106,9 @@ pub struct Aggregate {
     /// `feed<TAB>FD`: an inherited socket on which uprobe-run asks for the numbers it serves
     /// as metrics (`--serve`).
     pub feed: Option<i32>,
+    /// `flamegraph<TAB>PATH`: the end of the run draws the stacks counted by `ustack` as a
+    /// flame graph SVG into PATH.
+    pub flamegraph: Option<String>,
 }
 
 impl Aggregate {
@@ -130,6 +137,8 @@ pub struct Options {
     pub lenient: bool,
     /// `raw-address`: probes may go at addresses outside every function symbol.
     pub raw_address: bool,
+    /// `call-graph`: every event records the user stack at its hit (`-g`), as `$ustack`.
+    pub call_graph: bool,
     /// `followed-exec`: set by the runtime itself in the environment it passes on, so the
     /// exec'd program knows it was not started by uprobe-run directly.
     pub followed_exec: bool,
@@ -216,6 +225,7 @@ pub fn decode(text: &str) -> Result<Spec, SpecError> {
                 spec.aggregate.interval_ns = Some(value.parse().map_err(|_| SpecError::BadValue(line.into()))?)
             }
             "cumulative" => spec.aggregate.cumulative = true,
+            "flamegraph" => spec.aggregate.flamegraph = Some(value.into()),
             "feed" => {
                 let fd = value.parse().ok().filter(|&fd: &i32| fd >= 0);
                 spec.aggregate.feed = Some(fd.ok_or_else(|| SpecError::BadValue(line.into()))?)

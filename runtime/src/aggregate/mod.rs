@@ -12,6 +12,7 @@
 //! - [`hit`]: the handlers (the hit path); [`stacks`]: stacks as keys, kept per thread;
 //! - [`merge`]: the blocks added up, and one interval's share;
 //! - [`tables`], [`text`], [`json`]: what a report shows, as text or JSON lines (pure);
+//!   [`folded`]: stacks as folded lines and flame graphs;
 //! - [`report`]: printing reports: the interval thread, the end of the run (also from a
 //!   fatal signal), the end of an attach session;
 //! - [`feed`]: the whole run's numbers for the metrics uprobe-run serves (`--serve`);
@@ -28,6 +29,7 @@ pub mod blocks;
 pub mod buckets;
 #[allow(unsafe_code)]
 pub mod feed;
+pub mod folded;
 #[allow(unsafe_code)]
 pub mod hit;
 pub mod json;

@@ -22,6 +22,7 @@ use thiserror::Error;
 use crate::aggregate::buckets::{Scale, LOG2_BUCKETS};
 pub use crate::aggregate::key::{Key, KeyPart, STRING_KEY};
 use crate::aggregate::request::{self, Request, STACK_SLOTS};
+use crate::probe::stacks::MAX_DEPTH;
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Base, Fetch, FetchArg};
 use crate::trace::names::glob;
@@ -168,6 +169,8 @@ pub enum PlanError {
         "event {event} ('{definition}') is neither counted nor in a histogram: add --count, or --hist {event}.ARG"
     )]
     Unused { event: String, definition: String },
+    #[error("{option}: no key of --by is a stack (ustack[:DEPTH], or an argument $ustack)")]
+    NoStack { option: &'static str },
     #[error("--latency '{place}': WHERE only (a function or a glob), no fetchargs")]
     LatencyArgs { place: String },
 }
@@ -181,7 +184,9 @@ fn arg_names(args: &[FetchArg]) -> String {
 
 /// What an argument holds, when it is not one number: None for a number.
 fn not_a_number(arg: &FetchArg) -> Option<&'static str> {
-    if arg.ty.count.is_some() {
+    if arg.is_stack() {
+        Some("a stack")
+    } else if arg.ty.count.is_some() {
         Some("an array")
     } else if arg.fetch == Fetch::OptimizedOut {
         Some("a variable with no value at the probe (optimized out)")
@@ -277,6 +282,11 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                     Some(a) if e.args[a].ty.base == Base::Float => {
                         return Err(PlanError::FloatKey { key: name.clone(), event: e.name.to_string() });
                     }
+                    // A `$ustack` argument counts as `--by ustack:DEPTH` does.
+                    Some(a) if e.args[a].is_stack() => match e.args[a].fetch {
+                        Fetch::Ustack(depth) => Key::Ustack(usize::from(depth)),
+                        _ => Key::Ustack(MAX_DEPTH),
+                    },
                     Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
                     Some(a) => Key::Arg(a),
                     None => match name.as_str() {
@@ -327,6 +337,13 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         plans[i].latency = Some(latencies.len());
         plans[i].simple = false;
         latencies.push(LatencyPlan { event: i, at: 0 });
+    }
+    let stacked = plans.iter().flat_map(|p| p.key.iter().flatten()).any(|p| p.key.depth().is_some());
+    if let Some(option) = [(request.folded, "--format folded"), (request.flamegraph.is_some(), "--flamegraph")]
+        .into_iter()
+        .find_map(|(asked, option)| (asked && !stacked).then_some(option))
+    {
+        return Err(PlanError::NoStack { option });
     }
     let layout = lay_out(events.len(), &mut plans, &mut hists, &mut latencies);
     Ok(Plans { events: plans, hists, latencies, by, request: request.clone(), layout })

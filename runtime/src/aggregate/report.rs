@@ -23,7 +23,7 @@ use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
 use crate::aggregate::merge::{self, Snapshot};
 use crate::aggregate::plan::{self, Plans};
 use crate::aggregate::tables::{EventView, Frame, Interval, Left, Names};
-use crate::aggregate::{json, text};
+use crate::aggregate::{folded, json, text};
 use crate::base::abi::Uretprobe;
 use crate::base::lock::{Mutex, MutexGuard};
 use crate::base::{maps, output, sys};
@@ -264,11 +264,24 @@ fn report(end: bool) {
         all.iter().map(|e| EventView { name: &e.name, group: &e.group, args: &e.args }).collect();
     let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &shown.names, maps: None };
     let mut out = String::new();
-    if plans.request.json {
+    if plans.request.folded {
+        let (lines, left_out) = folded::lines(plans, &views, &shown, &mut names);
+        folded::write(&mut out, &lines);
+        if left_out > 0 {
+            output::message(format_args!("{left_out} hits are not in the folded stacks (see a text report)"));
+        }
+    } else if plans.request.json {
         json::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
     } else {
         out.push_str(names.r.title.as_deref().unwrap_or(""));
         text::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
+    }
+    if let Some(path) = plans.request.flamegraph.as_deref().filter(|_| end) {
+        let (lines, _) = folded::lines(plans, &views, &now, &mut names);
+        let title = format!("uprobe-run: {} (pid {})", plans.by.as_ref().map_or("", |b| b.name.as_str()), frame.pid);
+        if let Err(line) = folded::svg(path, &title, &lines) {
+            output::message(format_args!("{line}"));
+        }
     }
     let r = names.r;
     r.next += 1;

@@ -5,7 +5,7 @@
 use thiserror::Error;
 
 use crate::aggregate::buckets::{Scale, MAX_LINEAR_BUCKETS};
-use crate::base::spec::Aggregate;
+use crate::base::spec::{Aggregate, Format};
 use crate::probe::stacks::MAX_DEPTH;
 
 /// The spec's aggregation records as they were asked, and what the runtime reads out of them.
@@ -17,6 +17,10 @@ pub struct Request {
     pub hists: Vec<HistRequest>,
     /// Reports as JSON lines (`--format json`), else text.
     pub json: bool,
+    /// Reports as folded stacks (`--format folded`): one `frame;frame count` line a stack.
+    pub folded: bool,
+    /// `--flamegraph FILE.svg`: where the end of the run draws the counted stacks.
+    pub flamegraph: Option<String>,
 }
 
 /// One `--hist` or `--lhist`.
@@ -41,7 +45,8 @@ pub struct RequestError {
 }
 
 impl Request {
-    pub fn parse(spec: &Aggregate, json: bool) -> Result<Request, RequestError> {
+    /// The request of `spec`, its reports written in `format` (`--format`).
+    pub fn parse(spec: &Aggregate, format: Option<Format>) -> Result<Request, RequestError> {
         let mut hists = Vec::new();
         for text in &spec.hists {
             hists.push(parse_hist(text)?);
@@ -49,7 +54,8 @@ impl Request {
         for text in &spec.lhists {
             hists.push(parse_lhist(text)?);
         }
-        Ok(Request { asked: spec.clone(), hists, json })
+        let json = format == Some(Format::Json);
+        Ok(Request { asked: spec.clone(), hists, json, folded: format == Some(Format::Folded), flamegraph: spec.flamegraph.clone() })
     }
 }
 
@@ -165,11 +171,11 @@ mod tests {
             interval_ns: Some(7),
             ..Aggregate::default()
         };
-        let r = Request::parse(&spec, true).unwrap();
+        let r = Request::parse(&spec, Some(Format::Json)).unwrap();
         assert_eq!(r.hists.len(), 2);
         assert_eq!((r.asked.count, r.json, r.asked.interval_ns), (true, true, Some(7)));
         assert_eq!(r.asked, spec);
         let bad = Aggregate { hists: vec!["nodot".into()], ..Aggregate::default() };
-        assert!(Request::parse(&bad, false).is_err());
+        assert!(Request::parse(&bad, None).is_err());
     }
 }

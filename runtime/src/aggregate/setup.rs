@@ -12,7 +12,7 @@ use crate::aggregate::hit;
 use crate::aggregate::plan::{self, EventInfo};
 use crate::aggregate::request::Request;
 use crate::aggregate::{blocks, feed, report};
-use crate::base::spec::Aggregate;
+use crate::base::spec::{Aggregate, Format};
 use crate::probe::registry;
 use crate::probe::stacks;
 use crate::trace::def::{self, Kind, Place};
@@ -116,8 +116,8 @@ fn at_entry(e: &Event) -> bool {
 
 /// Starts aggregating the run's events instead of streaming them; false when there are none;
 /// the line to refuse the run with (see `trace::setup::refuse_line`).
-pub fn start(settings: &Settings, asked: &Aggregate, json: bool) -> Result<bool, String> {
-    let request = Request::parse(asked, json).map_err(|e| e.to_string())?;
+pub fn start(settings: &Settings, asked: &Aggregate, format: Option<Format>) -> Result<bool, String> {
+    let request = Request::parse(asked, format).map_err(|e| e.to_string())?;
     if !setup::start_with(settings, Some(&Aggregator { request }))? {
         return Ok(false);
     }

@@ -32,14 +32,14 @@ impl Events for Attached {
             let pattern = Some(pattern.as_str()).filter(|p| !p.is_empty());
             return Ok(Started::Listed(deferred::inside(|| trace::list::list(pattern, out))));
         }
-        let (settings, format) = init::settings(spec);
+        let (settings, _) = init::settings(spec);
         // A Chrome trace is one JSON document: the runtime's lines go beside it, to
         // uprobe-run's stderr, as a launch writes them to the program's.
-        if format == Format::Chrome {
+        if matches!(spec.format, Some(Format::Chrome | Format::Folded)) {
             output::set_messages(Messages::Aside);
         }
         let started = match spec.aggregate.any() {
-            true => aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json),
+            true => aggregate::setup::start(&settings, &spec.aggregate, spec.format),
             false => setup::start(&settings),
         };
         match started {

@@ -178,9 +178,9 @@ fn start(spec: &Spec) {
         }
         sys::exit_now(if found == 0 { 1 } else { 0 });
     }
-    let (settings, format) = settings(spec);
+    let (settings, _) = settings(spec);
     let started = match spec.aggregate.any() {
-        true => aggregate::setup::start(&settings, &spec.aggregate, format == Format::Json),
+        true => aggregate::setup::start(&settings, &spec.aggregate, spec.format),
         false => setup::start(&settings),
     };
     if let Err(line) = started {
@@ -207,12 +207,18 @@ fn start(spec: &Spec) {
 /// What `spec` asks of events (the stream or the aggregations), and their format; the
 /// runtime's own lines set to keep that format readable.
 pub fn settings(spec: &Spec) -> (Settings, Format) {
-    let format = spec.format.unwrap_or_default();
+    // Folded reports come with no stream of their own: events are text.
+    let format = match spec.format.unwrap_or_default() {
+        Format::Folded => Format::Text,
+        format => format,
+    };
     // The runtime's own lines keep a machine-readable output readable.
     match format {
         Format::Json => output::set_messages(output::Messages::Json),
         Format::Chrome => output::set_messages(output::Messages::Stderr),
-        Format::Text => {}
+        // Folded lines go to flame graph tools as they are: the runtime's lines go aside.
+        Format::Text if spec.format == Some(Format::Folded) => output::set_messages(output::Messages::Stderr),
+        Format::Text | Format::Folded => {}
     }
     let settings = Settings {
         events: spec.events.clone(),
@@ -223,6 +229,7 @@ pub fn settings(spec: &Spec) -> (Settings, Format) {
         format,
         buffer_size: spec.buffer_size.unwrap_or(setup::DEFAULT_BUFFER),
         lenient: spec.options.lenient,
+        call_graph: spec.options.call_graph,
         followed_exec: spec.options.followed_exec,
     };
     (settings, format)

@@ -18,10 +18,11 @@ use crate::base::lock::Mutex;
 use crate::base::{output, sys};
 use crate::probe::{deferred, registry, world};
 use crate::trace::buffers::{self, InUse};
-use crate::trace::clock;
+use crate::trace::chrome::chrome_event;
 use crate::trace::def::Kind;
 use crate::trace::events;
-use crate::trace::format::{self, chrome_event, json_string, Line, Symbols};
+use crate::trace::format::{self, json_string, Line, Symbols};
+use crate::trace::{chain, clock};
 
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
@@ -62,6 +63,8 @@ struct Open {
     ns: u64,
     name: String,
     args: String,
+    /// The entry's stack (`sf`).
+    sf: Option<usize>,
 }
 
 struct State {
@@ -79,6 +82,8 @@ struct State {
     /// Chrome: open calls per thread, and the threads named so far.
     open: HashMap<i32, Vec<Open>>,
     named: Vec<i32>,
+    /// Chrome: the stacks' frames (`stackFrames`).
+    frames: chain::Frames,
     first: bool,
     done: bool,
 }
@@ -115,6 +120,7 @@ pub fn start(format: Format) {
         symbols: SymbolCache(HashMap::new()),
         open: HashMap::new(),
         named: Vec::new(),
+        frames: chain::Frames::default(),
         first: true,
         done: false,
     });
@@ -328,12 +334,14 @@ fn emit(st: &mut State, s: &Staged, bytes: &[u8], out: &mut Vec<u8>) {
         caller: &caller,
     };
     match format() {
-        Format::Text => line.text(out, &mut st.symbols),
+        Format::Text | Format::Folded => line.text(out, &mut st.symbols),
         Format::Json => line.json(out, &mut st.symbols),
         Format::Chrome => {
             let mut args = String::new();
             line.json_args(&mut args, &mut st.symbols);
-            chrome(st, s, h.addr, ev.kind, &ev.name, &ev.group, &probe, &comm, args, out);
+            let stack = ev.args.iter().zip(&values).find(|(a, _)| a.is_stack());
+            let sf = stack.and_then(|(_, v)| st.frames.id(&format::frames(v), &mut |a| st.symbols.symbolize(a)));
+            chrome(st, s, (h.addr, sf), ev.kind, &ev.name, &ev.group, &probe, &comm, args, out);
         }
     }
 }
@@ -347,7 +355,7 @@ fn has_return_event(addr: u64) -> bool {
 fn chrome(
     st: &mut State,
     s: &Staged,
-    addr: u64,
+    (addr, sf): (u64, Option<usize>),
     kind: Kind,
     name: &str,
     group: &str,
@@ -368,7 +376,7 @@ fn chrome(
     let function = probe.split('+').next().unwrap_or(probe).to_string();
     match kind {
         Kind::Entry if probe.ends_with("+0x0") && has_return_event(addr) => {
-            st.open.entry(s.tid).or_default().push(Open { func: addr, ns: s.ns, name: function, args });
+            st.open.entry(s.tid).or_default().push(Open { func: addr, ns: s.ns, name: function, args, sf });
         }
         Kind::Return => {
             let stack = st.open.entry(s.tid).or_default();
@@ -379,6 +387,7 @@ fn chrome(
                     let left: Vec<Open> = stack.drain(i..).collect();
                     for left in left {
                         instant(&mut st.first, &mut text, &left.name, group, left.ns, s, &left.args);
+                        chain::with_sf(&mut text, left.sf);
                     }
                     let merged = merge(&open.args, &args);
                     separate(&mut st.first, &mut text);
@@ -393,11 +402,18 @@ fn chrome(
                         s.tid,
                         &merged,
                     );
+                    chain::with_sf(&mut text, open.sf.or(sf));
                 }
-                None => instant(&mut st.first, &mut text, name, group, s.ns, s, &args),
+                None => {
+                    instant(&mut st.first, &mut text, name, group, s.ns, s, &args);
+                    chain::with_sf(&mut text, sf);
+                }
             }
         }
-        Kind::Entry => instant(&mut st.first, &mut text, name, group, s.ns, s, &args),
+        Kind::Entry => {
+            instant(&mut st.first, &mut text, name, group, s.ns, s, &args);
+            chain::with_sf(&mut text, sf);
+        }
     }
     if !text.is_empty() {
         out.extend_from_slice(text.as_bytes());
@@ -469,9 +485,12 @@ fn end(st: &mut State, out: &mut Vec<u8>) {
             for o in stack {
                 let s = Staged { clock: 0, ns: o.ns, seq: 0, tid, pid: sys::getpid(), ring: 0, at: 0, len: 0 };
                 instant(&mut st.first, &mut text, &o.name, "uprobes", o.ns, &s, &o.args);
+                chain::with_sf(&mut text, o.sf);
             }
         }
-        text.push_str("\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"dropped\":{");
+        text.push_str("\n],\"displayTimeUnit\":\"ns\",");
+        st.frames.json(&mut text, json_string);
+        text.push_str("\"otherData\":{\"dropped\":{");
         for (i, (name, _, n)) in drops.iter().enumerate() {
             if i > 0 {
                 text.push(',');

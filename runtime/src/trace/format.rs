@@ -11,6 +11,7 @@
 
 use core::fmt::Write;
 
+use crate::trace::chain;
 use crate::trace::def::Kind;
 use crate::trace::fetch::{Base, Fetch, FetchArg, Type};
 use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
@@ -77,6 +78,10 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
             out.push(Value::OptimizedOut);
             continue;
         }
+        if arg.is_stack() {
+            out.push(Value::Array(chain::decode(rec, &mut at)?.into_iter().map(Value::Num).collect()));
+            continue;
+        }
         let faulted = faults & (1 << i) != 0;
         let one = |at: &mut usize| -> Option<Value> {
             if arg.ty.is_string() {
@@ -103,6 +108,12 @@ pub fn decode(args: &[FetchArg], rec: &[u8]) -> Option<Vec<Value>> {
         out.push(v);
     }
     Some(out)
+}
+
+/// A stack's frames (`$ustack`).
+pub fn frames(v: &Value) -> Vec<u64> {
+    let items = if let Value::Array(items) = v { items.as_slice() } else { &[] };
+    items.iter().filter_map(|i| if let Value::Num(a) = i { Some(*a) } else { None }).collect()
 }
 
 /// A value as read, cut to its type's size or extracted from its bitfield.
@@ -349,13 +360,19 @@ impl Line<'_> {
         }
         out.extend_from_slice(self.probe.as_bytes());
         out.push(b')');
-        for (arg, v) in self.args.iter().zip(self.values) {
+        let values = || self.args.iter().zip(self.values);
+        for (arg, v) in values().filter(|(a, _)| !a.is_stack()) {
             out.push(b' ');
             out.extend_from_slice(arg.name.as_bytes());
             out.push(b'=');
             text_value(out, &arg.ty, &self.value_of(v), syms);
         }
         out.push(b'\n');
+        // Stacks under the line, as `perf script` prints call chains, and a blank line.
+        for (_, v) in values().filter(|(a, _)| a.is_stack()) {
+            chain::text(out, &frames(v), &mut |a| syms.symbolize(a));
+            out.push(b'\n');
+        }
     }
 
     /// The `args` object: name to value.
@@ -367,7 +384,18 @@ impl Line<'_> {
             }
             json_string(out, arg.name.as_bytes());
             out.push(':');
-            json_value(out, &arg.ty, &self.value_of(v), syms);
+            match arg.is_stack() {
+                true => {
+                    let names = chain::names(&frames(v), &mut |a| syms.symbolize(a));
+                    json_value(
+                        out,
+                        &arg.ty,
+                        &Value::Array(names.into_iter().map(|n| Value::Str(n.into())).collect()),
+                        syms,
+                    )
+                }
+                false => json_value(out, &arg.ty, &self.value_of(v), syms),
+            }
         }
         out.push('}');
     }
@@ -395,33 +423,6 @@ impl Line<'_> {
         s.push_str("}\n");
         out.extend_from_slice(s.as_bytes());
     }
-}
-
-/// A Chrome trace event: `ph` "X" (a slice, with `dur_ns`), "i" (an instant) or "M".
-#[allow(clippy::too_many_arguments)]
-pub fn chrome_event(
-    out: &mut String,
-    ph: char,
-    name: &str,
-    cat: &str,
-    ns: u64,
-    dur_ns: Option<u64>,
-    pid: i32,
-    tid: i32,
-    args: &str,
-) {
-    out.push_str("{\"name\":");
-    json_string(out, name.as_bytes());
-    out.push_str(",\"cat\":");
-    json_string(out, cat.as_bytes());
-    let _ = write!(out, ",\"ph\":\"{ph}\",\"ts\":{}.{:03}", ns / 1000, ns % 1000);
-    if let Some(d) = dur_ns {
-        let _ = write!(out, ",\"dur\":{}.{:03}", d / 1000, d % 1000);
-    }
-    if ph == 'i' {
-        out.push_str(",\"s\":\"t\"");
-    }
-    let _ = write!(out, ",\"pid\":{pid},\"tid\":{tid},\"args\":{args}}}");
 }
 
 #[cfg(test)]
@@ -549,12 +550,5 @@ mod tests {
              \"func\":\"f+0x0\",\"caller\":\"main+0x9\",\"args\":{\"arg1\":\"0xff\",\"u\":7,\"s\":-2,\
              \"n\":\"a\\\"b\\n\",\"m\":null,\"y\":\"f+0x10\"}}\n"
         );
-    }
-
-    #[test]
-    fn chrome_slices_carry_microseconds() {
-        let mut s = String::new();
-        chrome_event(&mut s, 'X', "add", "uprobes", 1_234_567, Some(2_500), 1, 2, "{}");
-        assert_eq!(s, "{\"name\":\"add\",\"cat\":\"uprobes\",\"ph\":\"X\",\"ts\":1234.567,\"dur\":2.500,\"pid\":1,\"tid\":2,\"args\":{}}");
     }
 }

@@ -55,7 +55,8 @@ pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
         Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => {
             usercopy::read_u64(address(f, regs, file_base)? as usize)
         }
-        Fetch::Comm | Fetch::ImmediateString(_) | Fetch::OptimizedOut => None,
+        // A stack is no one number: it is recorded whole (`record`), never compared.
+        Fetch::Comm | Fetch::ImmediateString(_) | Fetch::OptimizedOut | Fetch::Ustack(_) => None,
     }
 }
 

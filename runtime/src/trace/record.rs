@@ -16,10 +16,13 @@
 //!    a string: u32 length, then its bytes; FAULT for a fault, COMM for `$comm`
 //!    an array of N strings: N strings
 //!    `$optimized_out`: nothing
+//!    a stack (`$ustack`): u32 frames, u32 0, then the frames' addresses, innermost first
+//!    (the last `probe::stacks::CORRUPT` where the stack could not be followed)
 //! ```
 
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
+use crate::probe::stacks;
 use crate::trace::buffers::{self, Full, Writer};
 use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
 use crate::trace::fetch::{Base, Fetch, FetchArg};
@@ -139,6 +142,16 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
         (Fetch::Comm, _) => w.put_u32(COMM).map(|()| true),
         // Known before the run to have no value here: nothing to record.
         (Fetch::OptimizedOut, _) => Ok(true),
+        (Fetch::Ustack(depth), _) => {
+            let mut frames = [0u64; stacks::MAX_DEPTH];
+            let n = stacks::walk(regs, &mut frames[..usize::from(*depth).min(stacks::MAX_DEPTH)]);
+            w.put_u32(n as u32)?;
+            w.put_u32(0)?;
+            for &f in &frames[..n] {
+                w.put_u64(f)?;
+            }
+            Ok(true)
+        }
         (Fetch::ImmediateString(s), _) => {
             let s = &s[..s.len().min(MAX_STRING)];
             w.put_u32(s.len() as u32)?;

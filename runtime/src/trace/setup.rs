@@ -25,7 +25,7 @@ use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
 use crate::trace::fetch::Fetch;
 use crate::trace::resolve::{resolve, where_at};
-use crate::trace::{buffers, clock, filter, record};
+use crate::trace::{buffers, clock, fetch, filter, record};
 use uprobe_contracts::filter::{self as program, Program};
 
 /// What the run asks of the stream.
@@ -44,6 +44,8 @@ pub struct Settings {
     /// Bytes of each thread's buffer.
     pub buffer_size: usize,
     pub lenient: bool,
+    /// `-g`: every event records the user stack, as a `$ustack` fetcharg of its own.
+    pub call_graph: bool,
     /// In a program reached by a followed exec: what does not apply is reported, not fatal.
     pub followed_exec: bool,
 }
@@ -163,7 +165,7 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Resul
     // files' ones, then the front-end's (`--latency`).
     let written = texts.len();
     for (n, (origin, text)) in texts.into_iter().enumerate() {
-        match def::parse(&text) {
+        match def::parse(&text).map(|d| with_call_graph(d, settings)) {
             Ok(def) => match program_for(n, &def, settings) {
                 Ok(filter) => sources.push(Source { origin, def, unwritten: 0, handlers, filter }),
                 Err(what) => refuse(&origin, &text, 0, &DefError { at: 0, what }, settings)?,
@@ -211,6 +213,10 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Resul
     if let Some(f) = frontend {
         f.prepare(events::all())?;
     }
+    // `$ustack`: the modules' unwind tables, made before any probe that walks them.
+    if events::all().iter().any(|e| e.args.iter().any(|a| a.is_stack())) {
+        crate::probe::stacks::enable();
+    }
     registry::ON_ARMED.store(on_armed as fn(usize, usize) as usize, Ordering::Release);
     register(&targets, &sources, settings)?;
     set_file_bases();
@@ -232,6 +238,15 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Resul
         unsafe { libc::pthread_atfork(None, None, Some(child)) };
     }
     Ok(true)
+}
+
+/// `def` with a stack of its own under `-g` (unless it records one already).
+fn with_call_graph(mut def: Definition, settings: &Settings) -> Definition {
+    if settings.call_graph && !def.args.iter().any(|a| a.is_stack()) {
+        let stack = fetch::Fetch::Ustack(fetch::MAX_STACK_DEPTH);
+        def.args.push(fetch::FetchArg { name: "ustack".into(), fetch: stack, ty: fetch::Type::STACK });
+    }
+    def
 }
 
 /// Says why the run cannot go on, and ends it before `main`, unless it is an exec'd program.

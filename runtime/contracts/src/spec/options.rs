@@ -7,7 +7,7 @@ type Field = fn(&mut Options) -> &mut bool;
 
 impl Options {
     /// Each option's record name, with its field.
-    pub(super) const ALL: [(&'static str, Field); 9] = [
+    pub(super) const ALL: [(&'static str, Field); 10] = [
         ("follow-exec", |o| &mut o.follow_exec),
         ("no-follow-fork", |o| &mut o.no_follow_fork),
         ("followed-exec", |o| &mut o.followed_exec),
@@ -17,6 +17,7 @@ impl Options {
         ("stats", |o| &mut o.stats),
         ("lenient", |o| &mut o.lenient),
         ("raw-address", |o| &mut o.raw_address),
+        ("call-graph", |o| &mut o.call_graph),
     ];
 
     /// Sets the option named `name` (as its record, or a configuration file, names it).

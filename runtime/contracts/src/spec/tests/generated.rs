@@ -49,6 +49,7 @@ fn spec(rng: &mut Rng) -> Spec {
             interval_ns: some(rng, Rng::number),
             cumulative: rng.chance(2),
             feed: some(rng, |r| (r.number() % (i32::MAX as u64 + 1)) as i32),
+            flamegraph: some(rng, value),
         },
     }
 }
@@ -110,6 +111,7 @@ fn any_records_decode_or_are_refused_without_panic() {
         "interval",
         "cumulative",
         "feed",
+        "flamegraph",
         "end",
         "",
         "x",
