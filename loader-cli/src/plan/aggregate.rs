@@ -54,7 +54,11 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
                 Some(p) => Some(p.to_owned()),
                 None => {
                     let value = whole.to_string_lossy().into_owned();
-                    return Err(Error::AggregateValue { option: "--flamegraph", value, reason: "not a UTF-8 path of one line" });
+                    return Err(Error::AggregateValue {
+                        option: "--flamegraph",
+                        value,
+                        reason: "not a UTF-8 path of one line",
+                    });
                 }
             }
         }

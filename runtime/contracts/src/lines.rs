@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_function_of_this_test_is_placed_in_this_file() {
-        let addr = a_place_prints_as_file_colon_line as usize as u64;
+        let addr = a_place_prints_as_file_colon_line as *const () as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let m = crate::maps::parse(&maps).into_iter().find(|m| m.contains(addr)).unwrap();
         let mut read = |p: &str| std::fs::read(p).ok().map(|d| Box::new(d) as Bytes);
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn corrupt_dwarf_gives_no_place_and_no_panic() {
-        let addr = a_place_prints_as_file_colon_line as usize as u64;
+        let addr = a_place_prints_as_file_colon_line as *const () as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let m = crate::maps::parse(&maps).into_iter().find(|m| m.contains(addr)).unwrap();
         let exe = std::fs::read(&m.path).unwrap();

@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn formats_are_written_by_name_and_read_back() {
-        assert_eq!(Format::ALL.map(Format::name), ["text", "json", "chrome"]);
+        assert_eq!(Format::ALL.map(Format::name), ["text", "json", "chrome", "folded"]);
         for format in Format::ALL {
             let spec = Spec { format: Some(format), ..Spec::default() };
             let text = encode(&spec).unwrap();

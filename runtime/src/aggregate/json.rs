@@ -205,6 +205,7 @@ mod tests {
             asked: Aggregate { count: true, by: Some("flags".into()), ..Aggregate::default() },
             hists: vec![parse_lhist("f.flags,0,20,10").unwrap()],
             json: true,
+            folded: false,
         };
         let plans = build(&info, &request).unwrap();
         let snap = Snapshot {

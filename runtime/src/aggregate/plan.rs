@@ -339,7 +339,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         latencies.push(LatencyPlan { event: i, at: 0 });
     }
     let stacked = plans.iter().flat_map(|p| p.key.iter().flatten()).any(|p| p.key.depth().is_some());
-    if let Some(option) = [(request.folded, "--format folded"), (request.flamegraph.is_some(), "--flamegraph")]
+    if let Some(option) = [(request.folded, "--format folded"), (request.asked.flamegraph.is_some(), "--flamegraph")]
         .into_iter()
         .find_map(|(asked, option)| (asked && !stacked).then_some(option))
     {

@@ -276,7 +276,7 @@ fn report(end: bool) {
         out.push_str(names.r.title.as_deref().unwrap_or(""));
         text::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
     }
-    if let Some(path) = plans.request.flamegraph.as_deref().filter(|_| end) {
+    if let Some(path) = plans.request.asked.flamegraph.as_deref().filter(|_| end) {
         let (lines, _) = folded::lines(plans, &views, &now, &mut names);
         let title = format!("uprobe-run: {} (pid {})", plans.by.as_ref().map_or("", |b| b.name.as_str()), frame.pid);
         if let Err(line) = folded::svg(path, &title, &lines) {

@@ -19,8 +19,6 @@ pub struct Request {
     pub json: bool,
     /// Reports as folded stacks (`--format folded`): one `frame;frame count` line a stack.
     pub folded: bool,
-    /// `--flamegraph FILE.svg`: where the end of the run draws the counted stacks.
-    pub flamegraph: Option<String>,
 }
 
 /// One `--hist` or `--lhist`.
@@ -55,7 +53,7 @@ impl Request {
             hists.push(parse_lhist(text)?);
         }
         let json = format == Some(Format::Json);
-        Ok(Request { asked: spec.clone(), hists, json, folded: format == Some(Format::Folded), flamegraph: spec.flamegraph.clone() })
+        Ok(Request { asked: spec.clone(), hists, json, folded: format == Some(Format::Folded) })
     }
 }
 
