@@ -64,7 +64,20 @@ fn mine_word() -> usize {
 }
 
 fn set_mine(b: usize) {
-    thread::current().block.set((GENERATION.load(Ordering::Relaxed), b));
+    let generation = GENERATION.load(Ordering::Relaxed);
+    let t = thread::current();
+    t.block.set((generation, b));
+    // The stubs' copy: a block, of the first pool only (see `counts_in_stubs`).
+    let stubs = if generation == 1 && b != NONE_YET && b != NONE_TO_BE_HAD { b } else { 0 };
+    t.change_marks(|t| t.count_block.set(stubs));
+}
+
+/// Whether a stub may count in the calling thread's block itself (`insn::stub`): the blocks
+/// are the first pool the process made. A thread's stub word is not tied to a pool, so once
+/// a later session's pool replaces the first (an attach session aggregating again), every
+/// count goes through the handler, which checks the pool's generation.
+pub fn counts_in_stubs() -> bool {
+    GENERATION.load(Ordering::Relaxed) == 1
 }
 
 /// Reserves the blocks (start-up, before any probe is placed).

@@ -179,7 +179,8 @@ extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
     let t = thread::current();
     // Busy before anything that may be probed (errno's location included) runs.
     let quiet = t.quiet();
-    let nested = t.busy.replace(true);
+    let mut nested = false;
+    t.change_marks(|t| nested = t.busy.replace(true));
     let saved_errno = t.errno();
     let mut resume = 0;
     with_stack(t, |st| {
@@ -201,7 +202,7 @@ extern "C" fn return_hit(regs: &mut PtRegs, _vectors_saved: bool) -> usize {
         unsafe { libc::abort() };
     }
     t.set_errno(saved_errno);
-    t.busy.set(nested);
+    t.change_marks(|t| t.busy.set(nested));
     if !nested && t.queued.get() != 0 {
         deferred::run_deferred();
     }
@@ -305,9 +306,10 @@ pub fn hooked_return(slot: usize) -> Option<usize> {
 /// interposers of `hazard::unwind`).
 fn with_records(f: impl FnOnce(&mut ReturnStack)) {
     let t = thread::current();
-    let nested = t.busy.replace(true);
+    let mut nested = false;
+    t.change_marks(|t| nested = t.busy.replace(true));
     if !nested {
         with_stack(t, f);
     }
-    t.busy.set(nested);
+    t.change_marks(|t| t.busy.set(nested));
 }
