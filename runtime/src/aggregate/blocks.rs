@@ -16,7 +16,7 @@
 //! Context: [`mine`] and [`Block`]'s writers run on the hit path; [`after_fork`] in a child;
 //! the rest at start-up and in reports.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::aggregate::plan::{Layout, KEY_SLOTS};
 use crate::base::sys;
@@ -77,8 +77,15 @@ fn set_mine(b: usize) {
 /// a later session's pool replaces the first (an attach session aggregating again), every
 /// count goes through the handler, which checks the pool's generation.
 pub fn counts_in_stubs() -> bool {
-    GENERATION.load(Ordering::Relaxed) == 1
+    let first = GENERATION.load(Ordering::Relaxed) == 1;
+    if first {
+        STUBS_COUNTED.store(true, Ordering::SeqCst);
+    }
+    first
 }
+
+/// Whether a stub may have counted in the first pool (see [`init`]).
+static STUBS_COUNTED: AtomicBool = AtomicBool::new(false);
 
 /// Reserves the blocks (start-up, before any probe is placed).
 pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
@@ -90,8 +97,12 @@ pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
     if !old.is_null() {
         // SAFETY: made by Box::into_raw below; no hit or report reads it any more (above).
         let old = unsafe { Box::from_raw(old) };
-        // SAFETY: the blocks' reservation, which nothing references any more.
-        unsafe { sys::munmap(old.base, THREADS * old.stride) };
+        // A stub's counting entry is in no read-side section: a thread preempted between its
+        // reads and its store may still write to the first pool, which then stays mapped.
+        if !STUBS_COUNTED.load(Ordering::SeqCst) {
+            // SAFETY: the blocks' reservation, which nothing references any more.
+            unsafe { sys::munmap(old.base, THREADS * old.stride) };
+        }
     }
     GENERATION.fetch_add(1, Ordering::SeqCst);
     POOL.store(Box::into_raw(Box::new(Pool { base, stride, names })), Ordering::Release);

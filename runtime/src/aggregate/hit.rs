@@ -19,7 +19,7 @@ use crate::aggregate::stacks;
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
 use crate::insn::vector;
-use crate::probe::retprobe;
+use crate::probe::{retprobe, thread};
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
 use crate::trace::fetch::Base;
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
 /// does what [`counted`] does for such an event: one added to that word of the thread's own
 /// block, found as `blocks::mine` finds it.
 pub fn count_in_stub(u: *mut Uprobe) -> usize {
-    if !blocks::counts_in_stubs() {
+    if thread::counting_offset().is_none() {
         return 0;
     }
     let entry: unsafe extern "C" fn(*mut Uprobe, *mut PtRegs) = on_entry;
@@ -100,7 +100,7 @@ pub fn count_in_stub(u: *mut Uprobe) -> usize {
     // SAFETY: this front-end registers `on_entry` only with a trace `EntryProbe`.
     let index = unsafe { (*(u as *mut EntryProbe)).event };
     match plan::get(index) {
-        Some((_, p)) if p.simple && !p.gated && p.latency.is_none() => 8 * p.count,
+        Some((_, p)) if p.simple && !p.gated && p.latency.is_none() && blocks::counts_in_stubs() => 8 * p.count,
         _ => 0,
     }
 }
