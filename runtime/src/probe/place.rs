@@ -10,7 +10,6 @@
 //!
 //! Normal context, under the registry lock.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::maps::Mapping;
@@ -292,13 +291,8 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     if common == 0 {
         return Err(NoJump::Stub("no stub entry".into()));
     }
-    // The counting entry reads the point's word and the thread's, which stubs can find only
-    // where thread states lie at one offset from the thread pointer.
-    let count = crate::probe::thread::counting_offset().map(|thread_word| stub::InlineCount {
-        probe_word: context + core::mem::offset_of!(ProbePoint, count_at) as u64,
-        thread_word,
-    });
-    let count_entry = Cell::new(0);
+    let count = table::counting_words(context);
+    let count_entry = core::cell::Cell::new(0);
     let stub = slots
         .alloc_sized(addr, stub::STUB_SIZE, maps, |s| {
             let built = stub::build_stub(plan, s as u64, context, common, count).ok()?;

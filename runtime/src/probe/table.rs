@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
 use crate::insn::jump::NoJump;
+use crate::insn::stub::InlineCount;
 use crate::probe::rcu;
 
 pub const INT3: u8 = 0xcc;
@@ -79,6 +80,14 @@ impl JumpPrep {
             self.stub
         }
     }
+}
+
+/// What the counting entry of the stub of the point at `pp` reads: the point's word and the
+/// thread's, which a stub can find only where thread states lie at one offset from the
+/// thread pointer.
+pub fn counting_words(pp: u64) -> Option<InlineCount> {
+    let probe_word = pp + core::mem::offset_of!(ProbePoint, count_at) as u64;
+    crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word })
 }
 
 /// A front-end's hook (0: none), `fn(*mut Uprobe) -> usize`: for an entry probe whose every
