@@ -88,12 +88,15 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
 /// trigger, no key, no histogram of it), and the blocks allow it; 0 otherwise. The stub then
 /// does what [`counted`] does for such an event: one added to that word of the thread's own
 /// block, found as `blocks::mine` finds it.
-pub fn count_in_stub(u: *mut Uprobe) -> usize {
+///
+/// # Safety
+/// `u` is a registered probe object.
+pub unsafe fn count_in_stub(u: *mut Uprobe) -> usize {
     if thread::counting_offset().is_none() {
         return 0;
     }
     let entry: unsafe extern "C" fn(*mut Uprobe, *mut PtRegs) = on_entry;
-    // SAFETY: a registered probe object, valid while registered (C ABI).
+    // SAFETY: a registered probe object (the caller), valid while registered (C ABI).
     if unsafe { (*u).handler }.map(|h| h as usize) != Some(entry as usize) {
         return 0;
     }

@@ -90,7 +90,7 @@ impl Frontend for Aggregator {
         plan::publish(plans);
         // Before any of the events' probes is placed: a count that is all its hit does is
         // made in the probe's stub where it can be.
-        let hook: fn(*mut crate::base::abi::Uprobe) -> usize = hit::count_in_stub;
+        let hook: unsafe fn(*mut crate::base::abi::Uprobe) -> usize = hit::count_in_stub;
         table::INLINE_COUNT.store(hook as usize, Ordering::Release);
         Ok(())
     }

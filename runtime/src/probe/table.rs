@@ -90,7 +90,8 @@ pub fn counting_words(pp: u64) -> Option<InlineCount> {
     crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word })
 }
 
-/// A front-end's hook (0: none), `fn(*mut Uprobe) -> usize`: for an entry probe whose every
+/// A front-end's hook (0: none), `unsafe fn(*mut Uprobe) -> usize` (given a registered
+/// probe object): for an entry probe whose every
 /// hit only adds one to a counter of the thread's block, that counter's byte offset in the
 /// block; 0 for any other. Asked under the registry lock when a point's consumers change.
 pub static INLINE_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -100,9 +101,8 @@ fn inline_count(probes: &[Consumer]) -> usize {
     let hook = INLINE_COUNT.load(Ordering::Acquire);
     match probes {
         [Consumer::Uprobe(u)] if hook != 0 => {
-            // SAFETY: set only to such a function (see above).
-            let hook = unsafe { core::mem::transmute::<usize, fn(*mut Uprobe) -> usize>(hook) };
-            hook(*u)
+            // SAFETY: set only to such a function (see above), given a registered object.
+            unsafe { core::mem::transmute::<usize, unsafe fn(*mut Uprobe) -> usize>(hook)(*u) }
         }
         _ => 0,
     }
