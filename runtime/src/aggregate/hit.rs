@@ -86,7 +86,7 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
 /// `probe::table::INLINE_COUNT` hook): the byte offset of its event's counter in a thread's
 /// block when the probe is a counted event's whose hit does nothing else (no filter or
 /// trigger, no key, no histogram of it), and the blocks allow it; 0 otherwise. The stub then
-/// does what [`counted`] does for such an event: one added to that word of the thread's own
+/// does what `counted` does for such an event: one added to that word of the thread's own
 /// block, found as `blocks::mine` finds it.
 ///
 /// # Safety
