@@ -16,7 +16,7 @@
 //! Context: [`mine`] and [`Block`]'s writers run on the hit path; [`after_fork`] in a child;
 //! the rest at start-up and in reports.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::aggregate::plan::{Layout, KEY_SLOTS};
 use crate::base::sys;
@@ -64,8 +64,28 @@ fn mine_word() -> usize {
 }
 
 fn set_mine(b: usize) {
-    thread::current().block.set((GENERATION.load(Ordering::Relaxed), b));
+    let generation = GENERATION.load(Ordering::Relaxed);
+    let t = thread::current();
+    t.block.set((generation, b));
+    // The stubs' copy: a block, of the first pool only (see `counts_in_stubs`).
+    let stubs = if generation == 1 && b != NONE_YET && b != NONE_TO_BE_HAD { b } else { 0 };
+    t.change_marks(|t| t.count_block.set(stubs));
 }
+
+/// Whether a stub may count in the calling thread's block itself (`insn::stub`): the blocks
+/// are the first pool the process made. A thread's stub word is not tied to a pool, so once
+/// a later session's pool replaces the first (an attach session aggregating again), every
+/// count goes through the handler, which checks the pool's generation.
+pub fn counts_in_stubs() -> bool {
+    let first = GENERATION.load(Ordering::Relaxed) == 1;
+    if first {
+        STUBS_COUNTED.store(true, Ordering::SeqCst);
+    }
+    first
+}
+
+/// Whether a stub may have counted in the first pool (see [`init`]).
+static STUBS_COUNTED: AtomicBool = AtomicBool::new(false);
 
 /// Reserves the blocks (start-up, before any probe is placed).
 pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
@@ -77,8 +97,12 @@ pub fn init(layout: &Layout, names: bool) -> Result<(), sys::Errno> {
     if !old.is_null() {
         // SAFETY: made by Box::into_raw below; no hit or report reads it any more (above).
         let old = unsafe { Box::from_raw(old) };
-        // SAFETY: the blocks' reservation, which nothing references any more.
-        unsafe { sys::munmap(old.base, THREADS * old.stride) };
+        // A stub's counting entry is in no read-side section: a thread preempted between its
+        // reads and its store may still write to the first pool, which then stays mapped.
+        if !STUBS_COUNTED.load(Ordering::SeqCst) {
+            // SAFETY: the blocks' reservation, which nothing references any more.
+            unsafe { sys::munmap(old.base, THREADS * old.stride) };
+        }
     }
     GENERATION.fetch_add(1, Ordering::SeqCst);
     POOL.store(Box::into_raw(Box::new(Pool { base, stride, names })), Ordering::Release);

@@ -18,7 +18,7 @@ use crate::aggregate::plan::{self, EventPlan, Key, Plans, CALLS, ENTERED, LAT_HI
 use crate::aggregate::stacks;
 use crate::base::abi::{PtRegs, Uprobe, UretprobeInstance};
 use crate::base::usercopy;
-use crate::probe::retprobe;
+use crate::probe::{retprobe, thread};
 use crate::trace::clock;
 use crate::trace::events::{self, EntryProbe, ReturnProbe};
 use crate::trace::fetch::Base;
@@ -79,6 +79,32 @@ pub unsafe extern "C" fn on_entry(u: *mut Uprobe, regs: *mut PtRegs) {
     // SAFETY: the core passes the registered object, an EntryProbe, and the hit's registers.
     let (index, regs) = unsafe { ((*(u as *mut EntryProbe)).event, &*regs) };
     counted(index, regs, 0);
+}
+
+/// Where a jump probe's stub may count a hit of entry probe `u` itself (the
+/// `probe::table::INLINE_COUNT` hook): the byte offset of its event's counter in a thread's
+/// block when the probe is a counted event's whose hit does nothing else (no filter or
+/// trigger, no key, no histogram of it), and the blocks allow it; 0 otherwise. The stub then
+/// does what `counted` does for such an event: one added to that word of the thread's own
+/// block, found as `blocks::mine` finds it.
+///
+/// # Safety
+/// `u` is a registered probe object.
+pub unsafe fn count_in_stub(u: *mut Uprobe) -> usize {
+    if thread::counting_offset().is_none() {
+        return 0;
+    }
+    let entry: unsafe extern "C" fn(*mut Uprobe, *mut PtRegs) = on_entry;
+    // SAFETY: a registered probe object (the caller), valid while registered (C ABI).
+    if unsafe { (*u).handler }.map(|h| h as usize) != Some(entry as usize) {
+        return 0;
+    }
+    // SAFETY: this front-end registers `on_entry` only with a trace `EntryProbe`.
+    let index = unsafe { (*(u as *mut EntryProbe)).event };
+    match plan::get(index) {
+        Some((_, p)) if p.simple && !p.gated && p.latency.is_none() && blocks::counts_in_stubs() => 8 * p.count,
+        _ => 0,
+    }
 }
 
 /// The return handler of every counted return event.

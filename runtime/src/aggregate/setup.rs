@@ -15,6 +15,7 @@ use crate::aggregate::{blocks, feed, report};
 use crate::base::spec::{Aggregate, Format};
 use crate::probe::registry;
 use crate::probe::stacks;
+use crate::probe::table;
 use crate::trace::def::{self, Kind, Place};
 use crate::trace::events::{Event, Probe};
 use crate::trace::setup::{self, Added, Frontend, Handlers, Settings};
@@ -88,6 +89,10 @@ impl Frontend for Aggregator {
             stacks::enable();
         }
         plan::publish(plans);
+        // Before any of the events' probes is placed: a count that is all its hit does is
+        // made in the probe's stub where it can be.
+        let hook: unsafe fn(*mut crate::base::abi::Uprobe) -> usize = hit::count_in_stub;
+        table::INLINE_COUNT.store(hook as usize, Ordering::Release);
         Ok(())
     }
 }

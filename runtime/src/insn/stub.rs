@@ -6,6 +6,15 @@
 //! the stub's body, the relocated displaced instructions, which jump back to the function.
 //! The x86 layer knows neither the probe table nor the handlers: the caller passes the
 //! context word and the common code's address as plain values.
+//!
+//! A stub may also have a **counting entry** ([`InlineCount`]), placed after its body: code
+//! that adds one to a counter in the thread's own block and runs the body, with no register
+//! frame and no call. It uses only instructions that leave the flags alone (`lea`, `mov`,
+//! `push`/`pop`, `jrcxz`), keeps %rax and %rcx on the stack below the red zone it steps over,
+//! and takes no locked instruction: only the thread itself writes its block. Two words decide
+//! whether it counts: the probe's (the counter's byte offset in a block, 0 when the probe's
+//! handlers must run) and the thread's, at a fixed offset from `%fs` (its block, 0 when it has
+//! none or must not count now); either 0 sends the hit to the stub's head, the common path.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
@@ -15,7 +24,7 @@ use crate::insn::frame::STUB_FRAME;
 use crate::insn::jump::{JumpPlan, NoJump};
 
 /// Bytes reserved for one stub.
-pub const STUB_SIZE: usize = 160;
+pub const STUB_SIZE: usize = 176;
 
 /// Where the relocated instructions start in a stub (after `stub_head`).
 pub const BODY_OFFSET: usize = 31;
@@ -35,9 +44,69 @@ fn stub_head(pp: u64) -> Vec<u8> {
     head
 }
 
+/// What a counting entry reads: the address of the probe's word (the counter's byte offset
+/// in a thread's block, or 0), and where the thread's word (its block's address, or 0) lies
+/// from the thread pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineCount {
+    pub probe_word: u64,
+    pub thread_word: i32,
+}
+
+/// A built stub: its bytes, and where its counting entry starts in them, if it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stub {
+    pub code: Vec<u8>,
+    pub count_entry: Option<usize>,
+}
+
+/// The counting entry at offset `at` of a stub whose body starts at `BODY_OFFSET`: counts
+/// (see the module doc) and jumps to the body, or jumps to the head (offset 0) when either
+/// word is 0, with every register and the stack pointer as the probe found them.
+fn counting_entry(count: InlineCount, at: usize) -> Vec<u8> {
+    let mut c = vec![0x48, 0x8d, 0x64, 0x24, 0x80]; // lea -0x80(%rsp),%rsp: over the red zone
+    c.extend([0x50, 0x51]); // push %rax; push %rcx
+    c.extend([0x48, 0xa1]); // movabs probe_word,%rax
+    c.extend(count.probe_word.to_le_bytes());
+    c.extend([0x48, 0x89, 0xc1]); // mov %rax,%rcx
+    let first_check = c.len();
+    c.extend([0xe3, 0]); // jrcxz miss, patched below
+    c.extend([0x64, 0x48, 0x8b, 0x0c, 0x25]); // mov %fs:thread_word,%rcx
+    c.extend(count.thread_word.to_le_bytes());
+    let second_check = c.len();
+    c.extend([0xe3, 0]); // jrcxz miss
+    c.extend([0x48, 0x8d, 0x0c, 0x01]); // lea (%rcx,%rax,1),%rcx: the counter
+    c.extend([0x48, 0x8b, 0x01]); // mov (%rcx),%rax
+    c.extend([0x48, 0x8d, 0x40, 0x01]); // lea 0x1(%rax),%rax
+    c.extend([0x48, 0x89, 0x01]); // mov %rax,(%rcx)
+    c.extend(RESTORE);
+    c.push(0xe9); // jmp body
+    let to_body = BODY_OFFSET as i64 - (at + c.len() + 4) as i64;
+    c.extend((to_body as i32).to_le_bytes());
+    let miss = c.len();
+    for check in [first_check, second_check] {
+        c[check + 1] = (miss - (check + 2)) as u8;
+    }
+    c.extend(RESTORE);
+    c.push(0xe9); // jmp head
+    let to_head = -((at + c.len() + 4) as i64);
+    c.extend((to_head as i32).to_le_bytes());
+    c
+}
+
+/// pop %rcx; pop %rax; lea 0x80(%rsp),%rsp: what a counting entry leaves with.
+const RESTORE: [u8; 10] = [0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0];
+
 /// The stub at `stub` with context word `pp`: head, relocated covered instructions, the jump
-/// back to the end of the patched bytes, and the address of `common`.
-pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64) -> Result<Vec<u8>, NoJump> {
+/// back to the end of the patched bytes, a counting entry with `count` (left out when it does
+/// not fit), and the address of `common`.
+pub fn build_stub(
+    plan: &JumpPlan,
+    stub: u64,
+    pp: u64,
+    common: u64,
+    count: Option<InlineCount>,
+) -> Result<Stub, NoJump> {
     let mut code = stub_head(pp);
     let body_ip = stub + code.len() as u64;
     let err = |e: iced_x86::IcedError| NoJump::Stub(e.to_string());
@@ -76,6 +145,13 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64) -> Result<Ve
     let encoded = BlockEncoder::encode(64, InstructionBlock::new(&body, body_ip), BlockEncoderOptions::NONE)
         .map_err(|e| NoJump::Unrelocatable { at: plan.covered[0].ip(), why: e.to_string() })?;
     code.extend(encoded.code_buffer);
+    let count_entry = count
+        .map(|count| (code.len(), counting_entry(count, code.len())))
+        .filter(|(at, entry)| (at + entry.len()).next_multiple_of(8) + 8 <= STUB_SIZE)
+        .map(|(at, entry)| {
+            code.extend(entry);
+            at
+        });
     while !code.len().is_multiple_of(8) {
         code.push(0xcc);
     }
@@ -88,7 +164,7 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64) -> Result<Ve
     if code.len() > STUB_SIZE {
         return Err(NoJump::Stub(format!("{} bytes, more than a stub holds", code.len())));
     }
-    Ok(code)
+    Ok(Stub { code, count_entry })
 }
 
 #[cfg(test)]
@@ -132,7 +208,7 @@ mod tests {
         let f = [0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3];
         let p = plan(&f, AT, &[]).unwrap();
         let stub = AT + 0x10_0000;
-        let code = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000).unwrap();
+        let code = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, None).unwrap().code;
         let head = stub_head(0x1234).len();
         let moved = decode_at(&code[head..], stub + head as u64).unwrap();
         assert_eq!(moved.ip_rel_memory_address(), AT + 6 + 0x100);
@@ -144,12 +220,61 @@ mod tests {
         assert_eq!(&code[slot as usize..slot as usize + 8], &0x7f00_0000_0000u64.to_le_bytes());
     }
 
+    /// The counting entry of a stub, decoded from its start to its second `jmp`.
+    fn counting_insns(code: &[u8], stub: u64, at: usize) -> Vec<iced_x86::Instruction> {
+        let mut decoder = Decoder::with_ip(64, &code[at..], stub + at as u64, DecoderOptions::NONE);
+        let mut insns = Vec::new();
+        while insns.iter().filter(|i: &&iced_x86::Instruction| i.mnemonic() == Mnemonic::Jmp).count() < 2 {
+            insns.push(decoder.decode());
+        }
+        insns
+    }
+
+    #[test]
+    fn the_counting_entry_counts_without_flags_calls_or_locks() {
+        // push %rbp; mov %rsp,%rbp; ...
+        let f = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
+        let p = plan(&f, AT, &[]).unwrap();
+        let stub = AT + 0x2000;
+        let count = InlineCount { probe_word: 0x7f12_3456_7890, thread_word: -0x78 };
+        let built = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, Some(count)).unwrap();
+        let at = built.count_entry.expect("a counting entry fits");
+        assert!(built.code.len() <= STUB_SIZE && at > BODY_OFFSET);
+        let insns = counting_insns(&built.code, stub, at);
+        let mnemonics: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
+        use Mnemonic::*;
+        assert_eq!(
+            mnemonics,
+            [Lea, Push, Push, Mov, Mov, Jrcxz, Mov, Jrcxz, Lea, Mov, Lea, Mov, Pop, Pop, Lea, Jmp, Pop, Pop, Lea, Jmp]
+        );
+        for i in &insns {
+            assert_eq!(i.rflags_modified(), 0, "{:?} changes flags", i.mnemonic());
+            assert!(!i.has_lock_prefix() && !i.is_call_near() && !i.is_call_near_indirect(), "{:?}", i.mnemonic());
+        }
+        // The red zone stepped over, both words read, the counter written once.
+        assert_eq!(insns[0].memory_displacement64() as i64, -128);
+        assert_eq!(insns[3].memory_displacement64(), count.probe_word);
+        assert_eq!(insns[6].segment_prefix(), Register::FS);
+        assert_eq!(insns[6].memory_displacement64() as i64, -0x78);
+        assert_eq!(insns[14].memory_displacement64(), 128);
+        // Both checks miss to the restore that goes to the head; the count goes to the body.
+        let miss = insns[16].ip();
+        assert_eq!((insns[5].near_branch_target(), insns[7].near_branch_target()), (miss, miss));
+        assert_eq!(insns[15].near_branch_target(), stub + BODY_OFFSET as u64);
+        assert_eq!(insns[19].near_branch_target(), stub);
+        // Without a counting entry the stub is as before (but where its data word lies).
+        let plain = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, None).unwrap();
+        assert_eq!(plain.count_entry, None);
+        assert_eq!(plain.code[..BODY_OFFSET - 4], built.code[..BODY_OFFSET - 4]);
+        assert_eq!(plain.code[BODY_OFFSET..at], built.code[BODY_OFFSET..at]);
+    }
+
     #[test]
     fn stub_replaces_a_final_call_keeping_the_real_return_address() {
         let f = [0x53, 0xe8, 0x10, 0, 0, 0, 0xc3];
         let p = plan(&f, AT, &[]).unwrap();
         let stub = AT + 0x1000;
-        let code = build_stub(&p, stub, 1, 2).unwrap();
+        let code = build_stub(&p, stub, 1, 2, None).unwrap().code;
         let head = stub_head(1).len();
         let mut decoder = Decoder::with_ip(64, &code[head..], stub + head as u64, DecoderOptions::NONE);
         let mnemonics: Vec<Mnemonic> = (0..5).map(|_| decoder.decode().mnemonic()).collect();

@@ -54,7 +54,7 @@ pub struct Inside;
 impl Inside {
     pub fn enter() -> Inside {
         let t = thread::current();
-        t.depth.set(t.depth.get() + 1);
+        t.change_marks(|t| t.depth.set(t.depth.get() + 1));
         Inside
     }
 }
@@ -62,7 +62,7 @@ impl Inside {
 impl Drop for Inside {
     fn drop(&mut self) {
         let t = thread::current();
-        t.depth.set(t.depth.get() - 1);
+        t.change_marks(|t| t.depth.set(t.depth.get() - 1));
         run_deferred();
     }
 }
@@ -77,11 +77,11 @@ pub fn inside<R>(f: impl FnOnce() -> R) -> R {
 /// `what` for a fault there: probe hits on the way run no handler.
 pub fn entry_point<R>(what: &'static str, f: impl FnOnce() -> R) -> R {
     let t = thread::current();
-    t.entry.set(t.entry.get() + 1);
+    t.change_marks(|t| t.entry.set(t.entry.get() + 1));
     let outer = t.enter_entry_point(what);
     let result = f();
     t.leave_entry_point(outer);
-    t.entry.set(t.entry.get() - 1);
+    t.change_marks(|t| t.entry.set(t.entry.get() - 1));
     run_deferred();
     result
 }

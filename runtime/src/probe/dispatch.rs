@@ -164,14 +164,14 @@ fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
 /// sequence of every hit path.
 #[inline(always)]
 fn hit_section<R>(t: &ThreadState, pp: &ProbePoint, f: impl FnOnce(Option<&Consumers>) -> R) -> R {
-    t.busy.set(true);
+    t.change_marks(|t| t.busy.set(true));
     let saved_errno = t.errno();
     let epoch = rcu::read_lock(t);
     let consumers = pp.consumers.load(Ordering::SeqCst);
     // SAFETY: the list stays allocated until our read-side section ends.
     let result = f(unsafe { consumers.as_ref() });
     rcu::read_unlock(epoch);
-    t.busy.set(false);
+    t.change_marks(|t| t.busy.set(false));
     if t.queued.get() != 0 {
         // Registration is no hit-path code: it may use the vector registers.
         vector::saving_vectors(deferred::run_deferred);

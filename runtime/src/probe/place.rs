@@ -10,7 +10,7 @@
 //!
 //! Normal context, under the registry lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::maps::Mapping;
 use crate::base::sys;
@@ -200,6 +200,7 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         jump_active: AtomicBool::new(false),
         tail_patched: AtomicBool::new(false),
         vectors: AtomicBool::new(true),
+        count_at: AtomicUsize::new(0),
         queued: AtomicBool::new(false),
         trap_unsafe,
         changed_reported: AtomicBool::new(false),
@@ -290,14 +291,20 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     if common == 0 {
         return Err(NoJump::Stub("no stub entry".into()));
     }
+    let count = table::counting_words(context);
+    let count_entry = core::cell::Cell::new(0);
     let stub = slots
-        .alloc_sized(addr, stub::STUB_SIZE, maps, |s| stub::build_stub(plan, s as u64, context, common).ok())
+        .alloc_sized(addr, stub::STUB_SIZE, maps, |s| {
+            let built = stub::build_stub(plan, s as u64, context, common, count).ok()?;
+            count_entry.set(built.count_entry.map_or(0, |at| s + at));
+            Some(built.code)
+        })
         .map_err(|e| NoJump::Stub(e.to_string()))?;
     let mut orig = [0; MAX_PATCH];
     // SAFETY: the range is the function's first bytes and the padding checked after it, all
     // inside the executable mapping; no patch of this point is written yet.
     orig[..plan.patch_len].copy_from_slice(&unsafe { patch::read_code(addr, plan.patch_len) });
-    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub })
+    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub, count_entry: count_entry.get() })
 }
 
 /// Set while every other thread of the process is held stopped at a safe place (attach):
@@ -432,7 +439,7 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
         let n = prep.patch_len;
         if steps[i] == Step::Jump {
             pp.tail_patched.store(true, Ordering::SeqCst);
-            jump::patch_bytes(pp.addr as u64, prep.stub as u64, &mut jump[..n]);
+            jump::patch_bytes(pp.addr as u64, prep.target(pp) as u64, &mut jump[..n]);
             session.write(pp.addr + 1, &jump[1..n]);
         } else if steps[i] != Step::None && pp.tail_patched.load(Ordering::SeqCst) {
             session.write(pp.addr + 1, &prep.orig[1..n]);

@@ -230,7 +230,8 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     let t = thread::current();
     // Busy before anything that may be probed (errno's location included) runs.
     let quiet = t.quiet();
-    let nested = t.busy.replace(true);
+    let mut nested = false;
+    t.change_marks(|t| nested = t.busy.replace(true));
     let saved_errno = t.errno();
     let area = regs as *mut PtRegs as usize;
     let outer_vectors = t.vectors.replace(if vectors_saved { crate::insn::vector::saved_xmm(area) } else { 0 });
@@ -262,7 +263,7 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     }
     t.set_errno(saved_errno);
     t.vectors.set(outer_vectors);
-    t.busy.set(nested);
+    t.change_marks(|t| t.busy.set(nested));
     if !nested && t.queued.get() != 0 {
         // Registration is no hit-path code: it may use the vector registers.
         vector::saving_vectors(deferred::run_deferred);
@@ -396,9 +397,10 @@ pub fn hooked_return(slot: usize) -> Option<usize> {
 /// interposers of `hazard::unwind`).
 fn with_records(f: impl FnOnce(&mut ReturnStack)) {
     let t = thread::current();
-    let nested = t.busy.replace(true);
+    let mut nested = false;
+    t.change_marks(|t| nested = t.busy.replace(true));
     if !nested {
         with_stack(t, f);
     }
-    t.busy.set(nested);
+    t.change_marks(|t| t.busy.set(nested));
 }

@@ -40,10 +40,12 @@ impl Snapshot {
 
     /// Puts the state back; records pushed meanwhile (by a child, on its own stack) go.
     pub fn restore(self, t: &ThreadState) {
-        t.busy.set(self.busy);
+        t.change_marks(|t| {
+            t.busy.set(self.busy);
+            t.depth.set(self.depth);
+            t.entry.set(self.entry);
+        });
         t.in_signal.set(self.in_signal);
-        t.depth.set(self.depth);
-        t.entry.set(self.entry);
         t.queued.set(self.queued);
         t.handling.set(self.handling);
         if let Some(sequence) = self.sequence {

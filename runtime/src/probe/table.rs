@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
 use crate::insn::jump::NoJump;
+use crate::insn::stub::InlineCount;
 use crate::probe::rcu;
 
 pub const INT3: u8 = 0xcc;
@@ -46,6 +47,10 @@ pub struct ProbePoint {
     /// before the hit's read-side section: a list published meanwhile may need them while
     /// they were not saved, which the dispatcher checks per consumer.
     pub vectors: AtomicBool,
+    /// Where a hit through the stub's counting entry adds one in the thread's counter block
+    /// (a byte offset, see `insn::stub::InlineCount`): set while the point's only consumer is
+    /// a count that a front-end lets the stub make ([`INLINE_COUNT`]), 0 otherwise.
+    pub count_at: AtomicUsize,
     /// Whether the point waits in an open placement batch for its bytes to be written.
     pub queued: AtomicBool,
     /// Where glibc runs this code with every signal blocked, if it does (`traps`): the point
@@ -61,6 +66,46 @@ pub struct JumpPrep {
     /// The original bytes of the patched range.
     pub orig: [u8; MAX_PATCH],
     pub stub: usize,
+    /// The stub's counting entry, or 0 where it has none.
+    pub count_entry: usize,
+}
+
+impl JumpPrep {
+    /// Where the jump of point `pp` goes: the counting entry while the point counts in the
+    /// stub, the stub's head otherwise.
+    pub fn target(&self, pp: &ProbePoint) -> usize {
+        if self.count_entry != 0 && pp.count_at.load(Ordering::SeqCst) != 0 {
+            self.count_entry
+        } else {
+            self.stub
+        }
+    }
+}
+
+/// What the counting entry of the stub of the point at `pp` reads: the point's word and the
+/// thread's, which a stub can find only where thread states lie at one offset from the
+/// thread pointer.
+pub fn counting_words(pp: u64) -> Option<InlineCount> {
+    let probe_word = pp + core::mem::offset_of!(ProbePoint, count_at) as u64;
+    crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word })
+}
+
+/// A front-end's hook (0: none), `unsafe fn(*mut Uprobe) -> usize` (given a registered
+/// probe object): for an entry probe whose every
+/// hit only adds one to a counter of the thread's block, that counter's byte offset in the
+/// block; 0 for any other. Asked under the registry lock when a point's consumers change.
+pub static INLINE_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Where a hit of `probes` alone counts in the stub, or 0 (see [`INLINE_COUNT`]).
+fn inline_count(probes: &[Consumer]) -> usize {
+    let hook = INLINE_COUNT.load(Ordering::Acquire);
+    match probes {
+        [Consumer::Uprobe(u)] if hook != 0 => {
+            // SAFETY: set only to such a function (see above), given a registered object.
+            unsafe { core::mem::transmute::<usize, unsafe fn(*mut Uprobe) -> usize>(hook)(*u) }
+        }
+        _ => 0,
+    }
 }
 
 /// The probes registered at one address, in registration order.
@@ -216,17 +261,25 @@ impl ProbePoint {
         if vectors {
             self.vectors.store(true, Ordering::SeqCst);
         }
+        // The same for counts in the stub: off before a list they would not count for is
+        // published, on after one they count for (a hit that read the old word counts as
+        // if it came just before the change).
+        let count_at = inline_count(&probes);
+        if count_at == 0 {
+            self.count_at.store(0, Ordering::SeqCst);
+        }
         let new = if probes.is_empty() {
             core::ptr::null_mut()
         } else {
-            {
-                let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
-                Box::into_raw(Box::new(Consumers { probes, generation }))
-            }
+            let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
+            Box::into_raw(Box::new(Consumers { probes, generation }))
         };
         let old = self.consumers.swap(new, Ordering::SeqCst);
         if !vectors {
             self.vectors.store(false, Ordering::SeqCst);
+        }
+        if count_at != 0 {
+            self.count_at.store(count_at, Ordering::SeqCst);
         }
         Retired(vec![old])
     }

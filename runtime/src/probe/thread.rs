@@ -19,6 +19,12 @@
 //! - `entry`: the thread runs a handler library's `uprobe_init` or `uprobe_exit`: its hits
 //!   are the handler library's own and run no handler (as the kernel counts none of a
 //!   module's init).
+//!
+//! A jump probe's stub may count a hit itself (`insn::stub`): it reads one word of the state,
+//! `counting`, at a fixed offset from the thread pointer ([`counting_offset`]). The word is
+//! the thread's counter block while the thread is not quiet, and 0 otherwise, so that a
+//! stub counts exactly the hits the common path would: every change of the three marks goes
+//! through [`ThreadState::change_marks`].
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
@@ -71,6 +77,10 @@ pub struct ThreadState {
     /// Where the hit being handled saved xmm0 (the others follow, 16 bytes apart), for
     /// fetchargs that read `%xmmN`; 0: not saved (see `insn::vector::saved_xmm`).
     pub vectors: Cell<usize>,
+    /// The thread's counter block for counts made in a stub, or 0 (`aggregate::blocks`).
+    pub count_block: Cell<usize>,
+    /// What stubs read: `count_block` while the thread is not quiet, otherwise 0.
+    pub counting: Cell<usize>,
     /// The program believes SIGTRAP blocked on this thread, and a SIGTRAP it sent itself
     /// meanwhile waits for it to unblock (see `hazard::masks`).
     pub trap_blocked: Cell<bool>,
@@ -99,6 +109,16 @@ pub fn init_static() {
     if (-(1 << 24)..0).contains(&offset) {
         STATE_OFFSET.store(offset, Ordering::Relaxed);
     }
+}
+
+/// Where the calling thread's `counting` word lies from its thread pointer, the same for every
+/// thread: known where thread states are static (a runtime preloaded with the program).
+pub fn counting_offset() -> Option<i32> {
+    let offset = STATE_OFFSET.load(Ordering::Relaxed);
+    if offset == NOT_STATIC || pooled_states() {
+        return None;
+    }
+    i32::try_from(offset + core::mem::offset_of!(ThreadState, counting) as isize).ok()
 }
 
 /// The calling thread's state. The reference cannot leave the thread (`ThreadState` is not
@@ -149,7 +169,8 @@ static STATES: [AtomicPtr<ThreadState>; POOL] = [const { AtomicPtr::new(core::pt
 /// touches nothing of it.
 struct Fallback(ThreadState);
 // SAFETY: see above: no path writes a quiet state's fields on a hit; only a program thread
-// calling the runtime's API could, and then only the entry depth, which stays non-zero.
+// calling the runtime's API could, and then only the entry depth, which stays non-zero, and
+// the `counting` word, which a quiet state's is always (0).
 unsafe impl Sync for Fallback {}
 static FALLBACK: Fallback = Fallback(ThreadState {
     busy: Cell::new(true),
@@ -257,6 +278,8 @@ impl ThreadState {
             filter_comm: Cell::new([0; 16]),
             ring: Cell::new((0, 0)),
             block: Cell::new((0, 0)),
+            count_block: Cell::new(0),
+            counting: Cell::new(0),
             trap_blocked: Cell::new(false),
             trap_pending: Cell::new(false),
             vectors: Cell::new(0),
@@ -316,6 +339,27 @@ impl ThreadState {
         // SAFETY: set only from a `&'static str` by `enter_entry_point`.
         (ptr != 0)
             .then(|| unsafe { core::str::from_utf8_unchecked(core::slice::from_raw_parts(ptr as *const u8, len)) })
+    }
+
+    /// Changes the marks that make the thread quiet (`busy`, `depth`, `entry`) with `f`,
+    /// keeping the `counting` word stubs read in step: 0 while `f` runs, then the block if the
+    /// thread is not quiet. A signal handler that hits a probe in between finds the word 0
+    /// and takes the common path, which decides from the marks themselves; one that runs a
+    /// whole hit meanwhile leaves the word as the marks were, and the last step sets it again.
+    #[inline(always)]
+    pub fn change_marks(&self, f: impl FnOnce(&ThreadState)) {
+        use core::sync::atomic::compiler_fence;
+        self.counting.set(0);
+        compiler_fence(Ordering::SeqCst);
+        f(self);
+        compiler_fence(Ordering::SeqCst);
+        self.refresh_counting();
+    }
+
+    /// Sets the `counting` word from the marks and `count_block` (see [`Self::change_marks`]).
+    #[inline(always)]
+    pub fn refresh_counting(&self) {
+        self.counting.set(if self.quiet() { 0 } else { self.count_block.get() });
     }
 
     /// Whether a hit now is the runtime's own, or comes from inside a handler or a handler
