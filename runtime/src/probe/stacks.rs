@@ -88,12 +88,12 @@ impl List {
     /// The rule for run-time address `pc`, None when no module holds it; `near`: the range
     /// of the last lookup that missed the cache, tried first (hit path).
     #[inline]
-    fn rule_at<'a>(&'a self, pc: usize, near: &mut Option<&'a Range>) -> Option<Rule> {
+    fn rule_at<'a>(&'a self, pc: usize, near: &mut Option<&'a Range>) -> Option<&'a Rule> {
         let cacheable = (sys::PAGE_SIZE..CACHE_PC_LIMIT).contains(&pc);
         let slot = &self.cache[((pc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - CACHE_BITS)) as usize];
         let word = slot.load(Ordering::Relaxed);
         if cacheable && (word >> 16) as usize == pc {
-            return self.rules.get((word & 0xffff) as usize).copied();
+            return self.rules.get((word & 0xffff) as usize);
         }
         // Callers are mostly in the module of their callee: that one is tried first.
         let range = near.filter(|r| r.start <= pc && pc < r.end).or_else(|| range_of(self, pc))?;
@@ -106,7 +106,7 @@ impl List {
         if cacheable && id < CACHE_IDS {
             slot.store((pc as u64) << 16 | id as u64, Ordering::Relaxed);
         }
-        self.rules.get(id).copied()
+        self.rules.get(id)
     }
 }
 
@@ -271,7 +271,7 @@ fn walk_frames(regs: &PtRegs, out: &mut [MaybeUninit<u64>]) -> usize {
         memo = Some((pc, rule));
         // Where a module with tables has no rule, %rbp is no frame pointer to trust: the rule
         // is Unknown, which ends the stack.
-        let (mut next, slot) = match unwind::step(rule, &r, &mut read) {
+        let (mut next, slot) = match unwind::step(*rule, &r, &mut read) {
             Step::Caller { regs, slot } => (regs, slot),
             Step::End => break,
             Step::Fault => {
@@ -331,7 +331,7 @@ mod tests {
         for _ in 0..2 {
             for pc in (a + 0x1000..a + 0x9000).chain(fp..fp + 0x1000) {
                 let want = if pc >= fp { Rule::FramePointers } else { unwind::rule_at(&rows, (pc - a) as u64) };
-                assert_eq!(list.rule_at(pc, &mut near), Some(want), "{pc:#x}");
+                assert_eq!(list.rule_at(pc, &mut near).copied(), Some(want), "{pc:#x}");
             }
         }
         assert_eq!(list.rule_at(a, &mut near), None);

@@ -143,13 +143,12 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
         // Known before the run to have no value here: nothing to record.
         (Fetch::OptimizedOut, _) => Ok(true),
         (Fetch::Ustack(depth), _) => {
-            let mut frames = [0u64; stacks::MAX_DEPTH];
-            let n = stacks::walk(regs, &mut frames[..usize::from(*depth).min(stacks::MAX_DEPTH)]);
-            w.put_u32(n as u32)?;
+            let mut frames = [core::mem::MaybeUninit::<u64>::uninit(); stacks::MAX_DEPTH];
+            let frames = stacks::walk_into(regs, &mut frames[..usize::from(*depth).min(stacks::MAX_DEPTH)]);
+            w.put_u32(frames.len() as u32)?;
             w.put_u32(0)?;
-            for &f in &frames[..n] {
-                w.put_u64(f)?;
-            }
+            let mut next = frames.iter();
+            repeat(w, frames.len(), |w| w.put_u64(next.next().copied().unwrap_or(0)))?;
             Ok(true)
         }
         (Fetch::ImmediateString(s), _) => {
