@@ -60,9 +60,11 @@ pub fn write(out: &mut String, lines: &[(String, u64)]) {
     }
 }
 
-/// A frame as a report names it (`symbol+0xoff (module)`, `FILE+0xoff`, or a marker) as a
-/// folded frame: the function alone, where it has a name.
+/// A frame as a report names it (`symbol+0xoff (module)`, with ` at FILE:LINE` where the
+/// module has line tables, `FILE+0xoff`, or a marker) as a folded frame: the function alone,
+/// where it has a name.
 fn function(frame: &str) -> String {
+    let frame = frame.find(") at ").map_or(frame, |i| &frame[..=i]);
     let named = frame.strip_suffix(')').and_then(|f| f.rsplit_once(" (")).map(|(f, _)| f);
     let name = match named {
         Some(f) => f.rsplit_once("+0x").map_or(f, |(sym, _)| sym),
@@ -98,6 +100,7 @@ mod tests {
     #[test]
     fn frames_fold_to_their_functions() {
         assert_eq!(function("leaf+0x0 (prog)"), "leaf");
+        assert_eq!(function("leaf+0x0 (prog) at /src/prog.c:28"), "leaf");
         assert_eq!(function("ns::f(int)+0x1d (libx.so)"), "ns::f(int)");
         assert_eq!(function("sqlite3+0x200c4"), "sqlite3+0x200c4");
         assert_eq!(function("[stack unreadable from here]"), "[stack unreadable from here]");
