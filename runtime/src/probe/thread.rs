@@ -349,6 +349,16 @@ impl ThreadState {
     #[inline(always)]
     pub fn change_marks(&self, f: impl FnOnce(&ThreadState)) {
         use core::sync::atomic::compiler_fence;
+        // A thread with no block for stubs has its word 0 whatever the marks: nothing to keep
+        // in step, unless `f` gives it a block.
+        if self.count_block.get() == 0 {
+            f(self);
+            if self.count_block.get() != 0 {
+                compiler_fence(Ordering::SeqCst);
+                self.refresh_counting();
+            }
+            return;
+        }
         self.counting.set(0);
         compiler_fence(Ordering::SeqCst);
         f(self);
