@@ -286,9 +286,8 @@ fn run_return_handler(t: &ThreadState, r: Record, ri: *mut UretprobeInstance, re
     // SAFETY: the probe point is never freed; its consumer list is valid in this section.
     let pp = unsafe { &*(r.pp as *const ProbePoint) };
     let list = pp.consumers.load(Ordering::SeqCst);
-    // SAFETY: as above; `rp` is called only while it is still registered (the list of its
-    // entry is still in place, or the one in place holds it), and unregister waits for this
-    // section to end before the user may free it.
+    // SAFETY: as above; `rp` is called only while still registered (its entry's list is in
+    // place, or the one in place holds it), and unregister waits for this section to end.
     unsafe {
         if !list.is_null() && ((*list).generation == r.list || registered(&(*list).probes, r.rp)) {
             if let Some(handler) = (*r.rp).handler {
