@@ -12,6 +12,7 @@
 //! `--config` file, the `--events` files and the program's ELF files, changes nothing.
 
 pub mod aggregate;
+pub mod debugfile;
 pub mod dwarf;
 pub mod filter;
 pub mod lines;

@@ -13,7 +13,6 @@ mod access;
 mod location;
 mod types;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,6 +22,7 @@ use object::{Object, ObjectSection, ObjectSegment};
 use uprobe_contracts::def::{self, Kind, Place};
 
 use crate::base::error::Error;
+use crate::plan::debugfile;
 pub use access::Variable;
 pub use location::Loc;
 use types::Table;
@@ -56,7 +56,7 @@ impl Module {
         let (debug_path, sections) = match file.section_by_name(".debug_info") {
             Some(_) => (path.to_path_buf(), sections_of(&file)?),
             None => {
-                let debug = separate_debug_file(&file, path).ok_or_else(|| {
+                let debug = debugfile::separate(&file, path).ok_or_else(|| {
                     format!(
                         "{} has no DWARF debug information (built without -g, or stripped; no debug file in /usr/lib/debug)",
                         path.display()
@@ -252,36 +252,11 @@ fn sections_of(file: &object::File<'_>) -> Result<HashMap<gimli::SectionId, Vec<
         gimli::SectionId::DebugStr,
         gimli::SectionId::DebugStrOffsets,
     ] {
-        if let Some(s) = file.section_by_name(id.name()) {
-            let data: Cow<'_, [u8]> = s
-                .uncompressed_data()
-                .map_err(|_| format!("section {} is compressed, which uprobe-run does not read", id.name()))?;
-            out.insert(id, data.into_owned());
+        if file.section_by_name(id.name()).is_some() {
+            out.insert(id, debugfile::section(file, id.name())?.into_owned());
         }
     }
     Ok(out)
-}
-
-/// The separate debug file: by build id, then by `.gnu_debuglink`.
-fn separate_debug_file(file: &object::File<'_>, path: &Path) -> Option<PathBuf> {
-    if let Ok(Some(id)) = file.build_id() {
-        if id.len() > 1 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    let (name, _crc) = file.gnu_debuglink().ok().flatten()?;
-    let name = String::from_utf8_lossy(name).into_owned();
-    let dir = fs::canonicalize(path).ok()?.parent()?.to_path_buf();
-    let candidates = [
-        dir.join(&name),
-        dir.join(".debug").join(&name),
-        Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(&dir)).join(&name),
-    ];
-    candidates.into_iter().find(|p| p.is_file() && p != path)
 }
 
 fn ops<'a>(e: &gimli::Expression<R<'a>>, enc: gimli::Encoding) -> Vec<Operation<R<'a>>> {

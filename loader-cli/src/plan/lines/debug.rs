@@ -9,11 +9,12 @@
 
 use std::borrow::Cow;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gimli::{AttributeValue, EndianSlice, LittleEndian};
-use object::{Object, ObjectSection};
+use object::Object;
+
+use crate::plan::debugfile;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -89,22 +90,13 @@ pub fn load(program: &Path) -> Result<Debug, String> {
     if file.section_by_name(".debug_info").is_some() {
         return parse(program, &file);
     }
-    let build_id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
-    let Some(id) = build_id else {
+    let Some(debug) = debugfile::separate(&file, program) else {
         return Err(format!(
-            "{} has no DWARF (not built with -g) and no build id to find a debug file by",
+            "{} has no DWARF (not built with -g) and no debug file (by build id or .gnu_debuglink)",
             program.display()
         ));
     };
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let debug = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
-    let Ok(debug_data) = fs::read(&debug) else {
-        return Err(format!(
-            "{} has no DWARF (not built with -g) and no debug file {}",
-            program.display(),
-            debug.display()
-        ));
-    };
+    let debug_data = fs::read(&debug).map_err(|e| format!("{}: cannot read: {e}", debug.display()))?;
     let debug_file =
         object::File::parse(&*debug_data).map_err(|e| format!("{}: not an ELF file: {e}", debug.display()))?;
     if debug_file.section_by_name(".debug_info").is_none() {
@@ -113,31 +105,8 @@ pub fn load(program: &Path) -> Result<Debug, String> {
     parse(&debug, &debug_file)
 }
 
-/// A section's bytes, inflated when compressed (`SHF_COMPRESSED` with zlib).
-fn section<'a>(file: &object::File<'a>, name: &str) -> Result<Cow<'a, [u8]>, String> {
-    let Some(s) = file.section_by_name(name) else { return Ok(Cow::Borrowed(&[])) };
-    let compressed = s.compressed_data().map_err(|e| format!("{name}: {e}"))?;
-    match compressed.format {
-        object::CompressionFormat::None => Ok(Cow::Borrowed(compressed.data)),
-        object::CompressionFormat::Zlib => {
-            let size = usize::try_from(compressed.uncompressed_size).unwrap_or(usize::MAX);
-            // A bound against a hostile header claiming terabytes.
-            if size > 1 << 32 {
-                return Err(format!("{name}: compressed section claims {size} bytes"));
-            }
-            let mut out = Vec::with_capacity(size);
-            flate2::read::ZlibDecoder::new(compressed.data)
-                .take(size as u64)
-                .read_to_end(&mut out)
-                .map_err(|e| format!("{name}: cannot inflate: {e}"))?;
-            Ok(Cow::Owned(out))
-        }
-        other => Err(format!("{name}: compressed as {other:?}, which is not read here")),
-    }
-}
-
 fn load_sections<'a>(file: &object::File<'a>) -> Result<gimli::DwarfSections<Cow<'a, [u8]>>, String> {
-    gimli::DwarfSections::load(|id| section(file, id.name()))
+    gimli::DwarfSections::load(|id| debugfile::section(file, id.name()))
 }
 
 /// The supplementary file `.gnu_debugaltlink` names (dwz), when it exists.
