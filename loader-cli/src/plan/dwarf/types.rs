@@ -238,7 +238,14 @@ impl Table {
             Some(Ty::Array { elem, count }) => {
                 format!("{}[{}]", self.name(*elem), count.map_or(String::new(), |c| c.to_string()))
             }
-            Some(Ty::Alias { to }) => format!("{}{}", self.alias.get(&o).copied().unwrap_or(""), self.name(*to)),
+            Some(Ty::Alias { to }) => {
+                let (qualifier, inner) = (self.alias.get(&o).copied().unwrap_or(""), self.name(*to));
+                // A const array of const elements is spelled once, as gdb does.
+                match inner.starts_with(qualifier) {
+                    true => inner,
+                    false => format!("{qualifier}{inner}"),
+                }
+            }
             Some(Ty::Struct { .. }) => "struct (anonymous)".into(),
             Some(Ty::Enum { .. }) => "enum (anonymous)".into(),
             _ => "(unknown)".into(),
