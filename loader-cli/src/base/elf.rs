@@ -1,9 +1,35 @@
 //! What uprobe-run needs to know about an ELF file before running it: class, byte order,
-//! machine, type and whether it asks for a dynamic loader. Pure functions over the file's
-//! first bytes.
+//! machine, type and whether it asks for a dynamic loader (pure functions over the file's
+//! first bytes); and where its segments lie, for file offsets ([`Segments`]).
 
 use object::elf;
 use thiserror::Error;
+
+/// Where each loadable segment of a file lies: (link-time address, file offset, size in the
+/// file). Turns the addresses of symbols, notes and DWARF into the file offsets that
+/// tracefs-style definitions take.
+#[derive(Clone, Debug, Default)]
+pub struct Segments(Vec<(u64, u64, u64)>);
+
+impl Segments {
+    /// The loadable segments of `file`.
+    pub fn of(file: &object::File<'_>) -> Segments {
+        use object::{Object, ObjectSegment};
+        Segments(
+            file.segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (s.address(), offset, size)
+                })
+                .collect(),
+        )
+    }
+
+    /// The file offset of link-time address `vaddr`; None outside every segment's bytes.
+    pub fn offset_of(&self, vaddr: u64) -> Option<u64> {
+        self.0.iter().find(|&&(v, _, n)| v <= vaddr && vaddr - v < n).map(|&(v, o, _)| o + (vaddr - v))
+    }
+}
 
 /// Size of an ELF64 file header.
 pub const HEADER_LEN: usize = 64;
@@ -198,6 +224,17 @@ fn type_name(e_type: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_turn_addresses_into_file_offsets() {
+        let segs = Segments(vec![(0x1000, 0x800, 0x100), (u64::MAX - 0xf, 0x2000, 0x10)]);
+        assert_eq!(segs.offset_of(0x1000), Some(0x800));
+        assert_eq!(segs.offset_of(0x10ff), Some(0x8ff));
+        assert_eq!(segs.offset_of(0x1100), None);
+        assert_eq!(segs.offset_of(0xfff), None);
+        // No overflow at the top of the address space.
+        assert_eq!(segs.offset_of(u64::MAX), Some(0x200f));
+    }
 
     /// A little-endian ELF64 header followed by `phdrs` program headers of the given types.
     fn elf64(e_type: u16, machine: u16, phdrs: &[u32]) -> Vec<u8> {

@@ -14,19 +14,20 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use object::read::elf::{Dyn, FileHeader};
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol};
 use uprobe_contracts::def::{self, module_matches, Place};
 use uprobe_contracts::filter::glob;
 use uprobe_contracts::sdt::{self, Marker};
 
+use crate::base::elf::Segments;
 use crate::base::error::Error;
 
 /// A file's markers, and what turns its addresses into file offsets.
 pub struct Module {
     pub path: PathBuf,
     pub markers: Vec<Marker>,
-    /// (link-time address, file offset, size in the file) of each loadable segment.
-    segments: Vec<(u64, u64, u64)>,
+    /// Where its loadable segments lie, for file offsets.
+    segments: Segments,
     symbols: Vec<(String, u64)>,
 }
 
@@ -37,13 +38,7 @@ impl Module {
         let section = file.section_by_name(".note.stapsdt");
         let notes = section.and_then(|s| s.data().ok()).unwrap_or(&[]);
         let base = file.section_by_name(".stapsdt.base").map(|s| s.address());
-        let segments = file
-            .segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (s.address(), offset, size)
-            })
-            .collect();
+        let segments = Segments::of(&file);
         let symbols = file
             .symbols()
             .chain(file.dynamic_symbols())
@@ -54,7 +49,7 @@ impl Module {
 
     /// The file offset of link-time address `vaddr`.
     pub fn offset_of(&self, vaddr: u64) -> Option<u64> {
-        self.segments.iter().find(|&&(v, _, n)| v <= vaddr && vaddr < v + n).map(|&(v, o, _)| o + (vaddr - v))
+        self.segments.offset_of(vaddr)
     }
 
     /// The fetcharg and type of each argument of `m`, or why one cannot be read.

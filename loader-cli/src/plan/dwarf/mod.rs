@@ -18,9 +18,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use gimli::{EndianSlice, LittleEndian, Operation, UnitOffset, UnwindSection};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 use uprobe_contracts::def::{self, Kind, Place};
 
+use crate::base::elf::Segments;
 use crate::base::error::Error;
 use crate::plan::debugfile;
 pub use access::Variable;
@@ -36,8 +37,8 @@ pub struct Module {
     sections: HashMap<gimli::SectionId, Vec<u8>>,
     /// `.eh_frame` of the module: (its address, its bytes).
     eh_frame: Option<(u64, Vec<u8>)>,
-    /// (link-time address, file offset, size in the file) of each loadable segment.
-    segments: Vec<(u64, u64, u64)>,
+    /// Where its loadable segments lie, for file offsets.
+    segments: Segments,
 }
 
 impl Module {
@@ -45,13 +46,7 @@ impl Module {
     pub fn load(path: &Path) -> Result<Module, String> {
         let data = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
-        let segments = file
-            .segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (s.address(), offset, size)
-            })
-            .collect();
+        let segments = Segments::of(&file);
         let eh_frame = file.section_by_name(".eh_frame").and_then(|s| Some((s.address(), s.data().ok()?.to_vec())));
         let (debug_path, sections) = match file.section_by_name(".debug_info") {
             Some(_) => (path.to_path_buf(), sections_of(&file)?),
@@ -79,7 +74,7 @@ impl Module {
 
     /// The file offset of link-time address `vaddr`.
     pub fn offset_of(&self, vaddr: u64) -> Option<u64> {
-        self.segments.iter().find(|&&(v, _, n)| v <= vaddr && vaddr < v + n).map(|&(v, o, _)| o + (vaddr - v))
+        self.segments.offset_of(vaddr)
     }
 
     /// The CFA at `pc` as a register and an offset, from `.eh_frame`.
@@ -279,10 +274,9 @@ fn low_pc(
     dwarf.attr_address(unit, e.attr_value(gimli::DW_AT_low_pc).ok().flatten()?).ok().flatten()
 }
 
-fn abstract_origin(unit: &gimli::Unit<R<'_>>, e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
+fn abstract_origin(e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
     for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
         if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(at) {
-            let _ = unit;
             return Some(o);
         }
     }
@@ -300,7 +294,7 @@ fn name(
         if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_name) {
             return dwarf.attr_string(unit, v).ok().map(|s| s.to_string_lossy().into_owned());
         }
-        e = unit.entry(abstract_origin(unit, &e)?).ok()?;
+        e = unit.entry(abstract_origin(&e)?).ok()?;
     }
     None
 }
@@ -311,7 +305,7 @@ fn type_of(unit: &gimli::Unit<R<'_>>, at: UnitOffset) -> Option<UnitOffset> {
         if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(gimli::DW_AT_type) {
             return Some(o);
         }
-        e = unit.entry(abstract_origin(unit, &e)?).ok()?;
+        e = unit.entry(abstract_origin(&e)?).ok()?;
     }
     None
 }
