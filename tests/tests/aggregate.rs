@@ -145,6 +145,15 @@ fn counts_equal_the_programs_own_and_the_kernels() {
 }
 
 #[test]
+fn events_of_two_groups_that_share_a_name_are_told_apart() {
+    let p = path_str(&program());
+    let r =
+        run(&args(&["--count", "-e", &format!("p:a/ev {p}:tick"), "-e", &format!("p:b/ev {p}:sized"), &p, "counts"]));
+    let table: Vec<&str> = r.output.lines().skip_while(|l| !l.starts_with("EVENT")).take(3).collect();
+    assert_eq!(table, ["EVENT        COUNT", "a:ev          1000", "b:ev           210"], "{}", r.output);
+}
+
+#[test]
 fn counts_by_an_argument_follow_its_distribution() {
     let p = path_str(&program());
     let def = format!("p {p}:sized size=%di:u32");

@@ -58,6 +58,23 @@ fn forking_while_another_thread_hits_probes() {
     }
 }
 
+/// Events on the hot function keep the drain thread at work (a pass holds the stream's state)
+/// while the main thread forks: each child has a stream of its own, which it must be able to
+/// take whatever the parent's drain thread was doing at the fork.
+#[test]
+fn forking_while_the_drain_thread_writes_events() {
+    let prog = fixture("fork", FLAGS);
+    let p = prog.to_str().unwrap();
+    let (spin, work) = (format!("p:spin {p}:spin"), format!("p:work {p}:work x=%di:s32"));
+    let run = run_uprobe(&["-e", &spin, "-e", &work, p, "threads", "300", "20"]);
+    let text = &run.output;
+    assert!(run.status.success(), "{:?} {}", run.status, run.stderr);
+    assert_eq!(run.stdout, "children ok: 300 of 300\n", "{}", run.stderr);
+    // Each child writes its own call of work, and no other process calls it.
+    assert_eq!(text.lines().filter(|l| l.contains(" work: ")).count(), 300, "{}", run.stderr);
+    assert!(text.lines().any(|l| l.contains(" spin: ")));
+}
+
 fn run_spawn(mode: &str, probes: &str) -> Run {
     let prog = fixture("spawn", FLAGS);
     let count = artefact("libcount.so");

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
 use crate::aggregate::merge::{self, Snapshot};
 use crate::aggregate::plan::{self, Plans};
-use crate::aggregate::tables::{EventView, Frame, Interval, Left, Names};
+use crate::aggregate::tables::{self, EventView, Frame, Interval, Left, Names};
 use crate::aggregate::{folded, json, text};
 use crate::base::abi::Uretprobe;
 use crate::base::lock::{Mutex, MutexGuard};
@@ -262,10 +262,13 @@ fn report(end: bool) {
     let all = events::all();
     let views: Vec<EventView> =
         all.iter().map(|e| EventView { name: &e.name, group: &e.group, args: &e.args }).collect();
+    // Text and folded lines name an event by one word; JSON has the group beside the name.
+    let labels = tables::labels(&views);
+    let labelled: Vec<EventView> = views.iter().zip(&labels).map(|(v, l)| EventView { name: l, ..*v }).collect();
     let mut names = Known { r, deadline: clock::monotonic_ns() + PATIENCE_NS, owners: &shown.names, maps: None };
     let mut out = String::new();
     if plans.request.folded {
-        let (lines, left_out) = folded::lines(plans, &views, &shown, &mut names);
+        let (lines, left_out) = folded::lines(plans, &labelled, &shown, &mut names);
         folded::write(&mut out, &lines);
         if left_out > 0 {
             output::message(format_args!("{left_out} hits are not in the folded stacks (see a text report)"));
@@ -274,10 +277,10 @@ fn report(end: bool) {
         json::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
     } else {
         out.push_str(names.r.title.as_deref().unwrap_or(""));
-        text::write(&mut out, plans, &views, &shown, &frame, &left, &mut names);
+        text::write(&mut out, plans, &labelled, &shown, &frame, &left, &mut names);
     }
     if let Some(path) = plans.request.asked.flamegraph.as_deref().filter(|_| end) {
-        let (lines, _) = folded::lines(plans, &views, &now, &mut names);
+        let (lines, _) = folded::lines(plans, &labelled, &now, &mut names);
         let title = format!("uprobe-run: {} (pid {})", plans.by.as_ref().map_or("", |b| b.name.as_str()), frame.pid);
         if let Err(line) = folded::svg(path, &title, &lines) {
             output::message(format_args!("{line}"));

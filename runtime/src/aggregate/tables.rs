@@ -39,10 +39,26 @@ pub trait Names: Symbols {
 }
 
 /// An event as reports name it.
+#[derive(Clone, Copy)]
 pub struct EventView<'a> {
     pub name: &'a str,
     pub group: &'a str,
     pub args: &'a [FetchArg],
+}
+
+/// The names that reports with one name per event show: `GROUP:EVENT` (as perf spells an
+/// event) for an event whose name another group's event shares, the name alone otherwise.
+pub fn labels(events: &[EventView]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            if events.iter().any(|o| o.name == e.name && o.group != e.group) {
+                format!("{}:{}", e.group, e.name)
+            } else {
+                e.name.to_string()
+            }
+        })
+        .collect()
 }
 
 /// One counted key: its parts as text (one column each), the whole as JSON (one value, or
@@ -473,5 +489,15 @@ mod tests {
         let lat = Latency { calls: 10, entered: 16, ..Latency::default() };
         let left = Left::of(&lat, Left { gone: 3, pending: 1, missed: 2, ..Left::default() });
         assert_eq!((left.elsewhere, left.total(), left.missed), (2, 6, 2));
+    }
+
+    #[test]
+    fn events_that_share_a_name_are_shown_with_their_group() {
+        let views = [
+            EventView { name: "ev", group: "a", args: &[] },
+            EventView { name: "ev", group: "b", args: &[] },
+            EventView { name: "solo", group: "a", args: &[] },
+        ];
+        assert_eq!(labels(&views), ["a:ev", "b:ev", "solo"]);
     }
 }

@@ -53,7 +53,7 @@ impl<T> Mutex<T> {
     }
 
     /// Releases a lock whose guard was forgotten (fork: the child's copy of a lock the
-    /// forking thread held across `fork`).
+    /// forking thread held across `fork`, or one that a thread of the parent held).
     ///
     /// # Safety
     /// No guard of this lock may be in use.

@@ -90,6 +90,26 @@ struct State {
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
+impl State {
+    /// An empty state; `first`: nothing of the stream is written yet.
+    fn new(first: bool) -> State {
+        State {
+            staged: Vec::new(),
+            arena: Vec::new(),
+            spare: Vec::new(),
+            out: Vec::new(),
+            seq: 0,
+            comms: HashMap::new(),
+            symbols: SymbolCache(HashMap::new()),
+            open: HashMap::new(),
+            named: Vec::new(),
+            frames: chain::Frames::default(),
+            first,
+            done: false,
+        }
+    }
+}
+
 struct SymbolCache(HashMap<u64, String>);
 
 impl SymbolCache {
@@ -110,20 +130,7 @@ impl Symbols for SymbolCache {
 pub fn start(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
     RUN.fetch_add(1, Ordering::SeqCst);
-    *STATE.lock() = Some(State {
-        staged: Vec::new(),
-        arena: Vec::new(),
-        spare: Vec::new(),
-        out: Vec::new(),
-        seq: 0,
-        comms: HashMap::new(),
-        symbols: SymbolCache(HashMap::new()),
-        open: HashMap::new(),
-        named: Vec::new(),
-        frames: chain::Frames::default(),
-        first: true,
-        done: false,
-    });
+    *STATE.lock() = Some(State::new(true));
     if format == Format::Chrome {
         write_out(b"{\"traceEvents\":[", &[]);
     }
@@ -174,21 +181,36 @@ fn spawn() {
 }
 
 /// In the child of `fork`: a fresh stream state and drain thread of its own.
+///
+/// The drain thread stayed in the parent. When it was in a pass at the fork, the child's copy
+/// of the state is locked by no thread of the child and may be half changed: that copy is
+/// left alone (its memory is not given back) and the child starts a state of its own.
 pub fn after_fork() {
-    if STATE.lock().is_none() {
-        return;
-    }
+    let mut guard = match STATE.try_lock() {
+        Some(guard) => guard,
+        None => {
+            // SAFETY: the child has one thread, this one, which holds no guard of the state:
+            // the lock's holder was a thread of the parent.
+            unsafe { STATE.force_unlock() };
+            let mut guard = STATE.lock();
+            if let Some(copy) = guard.take() {
+                core::mem::forget(copy);
+                *guard = Some(State::new(false));
+            }
+            guard
+        }
+    };
+    let Some(st) = guard.as_mut() else { return };
     world::RUNTIME_THREADS.store(0, Ordering::SeqCst);
     for ev in events::all() {
         ev.dropped.store(0, Ordering::Relaxed);
     }
-    if let Some(st) = STATE.lock().as_mut() {
-        st.staged.clear();
-        st.arena.clear();
-        st.open.clear();
-        st.comms.clear();
-        st.first = false;
-    }
+    st.staged.clear();
+    st.arena.clear();
+    st.open.clear();
+    st.comms.clear();
+    st.first = false;
+    drop(guard);
     spawn();
 }
 
