@@ -2,7 +2,10 @@
 //! through pointers and dots, array elements, signed, unsigned, bool and enum values, a
 //! constant and a variable not live at the entry (`(optimized out)`), in events and in
 //! `--count --by`; `--vars FUNC`; the same places read by the kernel's uprobes through
-//! `perf probe`; bad names refused before the program starts.
+//! `perf probe`; bad names refused before the program starts. Then the same at source lines
+//! (`fixtures/linevars.c`): a variable on the stack found from the CFA at the line, one not
+//! live at one line and live at the next, the values the program prints and those perf
+//! probe reads with the kernel, `--vars FUNC:LINE` against `perf probe -V`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
