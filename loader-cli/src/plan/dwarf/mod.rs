@@ -102,7 +102,7 @@ impl Module {
             let Ok(unit) = dwarf.unit(header) else { continue };
             let mut entries = unit.entries();
             while let Ok(Some((_, e))) = entries.next_dfs() {
-                if e.tag() == gimli::DW_TAG_subprogram && low_pc(&dwarf, &unit, e).is_some() {
+                if e.tag() == gimli::DW_TAG_subprogram && entry_pc(&dwarf, &unit, e).is_some() {
                     if let Some(n) = name(&dwarf, &unit, e) {
                         out.push(n);
                     }
@@ -118,16 +118,21 @@ impl Module {
     pub fn function(&self, func: &str, offset: u64) -> Result<Function, String> {
         let dwarf = self.dwarf();
         let mut units = dwarf.units();
+        let mut elsewhere = false;
         while let Some(header) = units.next().map_err(|e| e.to_string())? {
             let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
             let mut entries = unit.entries();
             while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
                 if e.tag() != gimli::DW_TAG_subprogram || name(&dwarf, &unit, e).as_deref() != Some(func) {
+                    elsewhere |= e.tag() == gimli::DW_TAG_subprogram && cross_unit(e);
                     continue;
                 }
-                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
                 return self.function_at(&dwarf, &unit, e.offset(), func, entry, entry + offset);
             }
+        }
+        if elsewhere {
+            return Err(format!("no function {func} found: {CROSS_UNIT}"));
         }
         let names = self.function_names();
         Err(format!(
@@ -149,13 +154,16 @@ impl Module {
                 if e.tag() != gimli::DW_TAG_subprogram {
                     continue;
                 }
-                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
                 let mut ranges = dwarf.die_ranges(&unit, e).map_err(|e| e.to_string())?;
                 let mut inside = false;
                 while let Ok(Some(r)) = ranges.next() {
                     inside |= r.begin <= pc && pc < r.end;
                 }
                 if inside {
+                    if cross_unit(e) {
+                        return Err(CROSS_UNIT.into());
+                    }
                     let func = name(&dwarf, &unit, e).unwrap_or_default();
                     return self.function_at(&dwarf, &unit, e.offset(), &func, entry, pc);
                 }
@@ -275,6 +283,33 @@ fn low_pc(
     dwarf.attr_address(unit, e.attr_value(gimli::DW_AT_low_pc).ok().flatten()?).ok().flatten()
 }
 
+/// Where a function's code starts: its low_pc, or the first of its ranges where its code is
+/// split (gcc's hot and `.cold` parts have `DW_AT_ranges` and no low_pc).
+fn entry_pc(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    e: &gimli::DebuggingInformationEntry<R<'_>>,
+) -> Option<u64> {
+    if let Some(pc) = low_pc(dwarf, unit, e) {
+        return Some(pc);
+    }
+    if e.attr_value(gimli::DW_AT_declaration).ok().flatten().is_some() {
+        return None;
+    }
+    let mut ranges = dwarf.die_ranges(unit, e).ok()?;
+    ranges.next().ok().flatten().map(|r| r.begin)
+}
+
+const CROSS_UNIT: &str = "the function's DWARF takes names and types from other compilation units (a link-time optimized build), which this version does not follow";
+
+/// Whether a DIE takes its name and type from a DIE of another unit (`DW_FORM_ref_addr`, as
+/// link-time optimization writes them): read in this unit, that offset would be another DIE.
+fn cross_unit(e: &gimli::DebuggingInformationEntry<R<'_>>) -> bool {
+    [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
+        .iter()
+        .any(|&at| matches!(e.attr_value(at), Ok(Some(gimli::AttributeValue::DebugInfoRef(_)))))
+}
+
 fn abstract_origin(e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
     for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
         if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(at) {
@@ -328,6 +363,9 @@ fn collect<'a>(
         let e = child.entry();
         match e.tag() {
             gimli::DW_TAG_formal_parameter | gimli::DW_TAG_variable => {
+                if cross_unit(e) {
+                    return Err(CROSS_UNIT.into());
+                }
                 let Some(n) = name(dwarf, unit, e) else { continue };
                 let ty = type_of(unit, e.offset());
                 let loc = e.attr_value(gimli::DW_AT_location).ok().flatten();
