@@ -191,11 +191,7 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
         return;
     }
     let group = format!("probe_{}", "dwarfvars");
-    let enable = tracing.join("events").join(&group).join(&event).join("enable");
-    std::fs::write(&enable, "1").unwrap();
-    let plain = run_plain(&prog, &[]);
-    std::fs::write(&enable, "0").unwrap();
-    let trace = std::fs::read_to_string(tracing.join("trace")).unwrap_or_default();
+    let (plain, trace) = kernel_run(&tracing, &group, &[&event], || run_plain(&prog, &[]));
     let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{event}")]).output();
     assert!(plain.status.success());
     let pid = format!("-{}", plain_pid(&trace, &event).unwrap_or_default());
@@ -228,6 +224,32 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     assert!(ours.status.success(), "{}", ours.stderr);
     let ours: Vec<Vec<String>> = records(&ours, &event).iter().map(|a| normal(a)).collect();
     assert_eq!(ours, kernel);
+}
+
+/// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from
+/// a trace instance of its own (other programs clearing the main buffer cannot empty it).
+fn kernel_run(
+    tracing: &std::path::Path,
+    group: &str,
+    events: &[&str],
+    run: impl FnOnce() -> std::process::Output,
+) -> (std::process::Output, String) {
+    let instance = tracing.join("instances").join(format!("{group}{}", std::process::id()));
+    let made = std::fs::create_dir(&instance).is_ok();
+    let at = if made { instance.clone() } else { tracing.to_path_buf() };
+    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
+    for e in events {
+        enable(e, "1").unwrap();
+    }
+    let out = run();
+    for e in events {
+        let _ = enable(e, "0");
+    }
+    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
+    if made {
+        let _ = std::fs::remove_dir(&instance);
+    }
+    (out, trace)
 }
 
 /// The pid of the run that hit `event` in the trace (the `comm-PID` word).
@@ -336,19 +358,7 @@ fn values_at_lines_equal_what_perf_probe_reads_with_the_kernel() {
             return;
         }
     }
-    // A trace instance of its own: other programs clearing the main buffer cannot empty it.
-    let instance = tracing.join("instances").join(format!("linevars{}", std::process::id()));
-    let made = std::fs::create_dir(&instance);
-    let at = if made.is_ok() { instance.clone() } else { tracing.clone() };
-    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
-    enable(&six, "1").unwrap();
-    enable(&seven, "1").unwrap();
-    let plain = run_plain(&prog, &[]);
-    let _ = (enable(&six, "0"), enable(&seven, "0"));
-    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
-    if made.is_ok() {
-        let _ = std::fs::remove_dir(&instance);
-    }
+    let (plain, trace) = kernel_run(&tracing, group, &[&six, &seven], || run_plain(&prog, &[]));
     for e in [&six, &seven] {
         let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{e}")]).output();
     }
