@@ -53,7 +53,7 @@ fn run() -> Result<Infallible, Error> {
         }
         Plan::Launch(launch) => launch::run(*launch),
         Plan::List(list) => list::run(list),
-        Plan::Vars { place, program } => match plan::dwarf::list(&place, &program) {
+        Plan::Vars { place, program } => match plan::lines::vars::list(&place, &program) {
             Ok(text) => {
                 print!("{text}");
                 std::process::exit(0)

@@ -2,7 +2,10 @@
 //! through pointers and dots, array elements, signed, unsigned, bool and enum values, a
 //! constant and a variable not live at the entry (`(optimized out)`), in events and in
 //! `--count --by`; `--vars FUNC`; the same places read by the kernel's uprobes through
-//! `perf probe`; bad names refused before the program starts.
+//! `perf probe`; bad names refused before the program starts. Then the same at source lines
+//! (`fixtures/linevars.c`): a variable on the stack found from the CFA at the line, one not
+//! live at one line and live at the next, the values the program prints and those perf
+//! probe reads with the kernel, `--vars FUNC:LINE` against `perf probe -V`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -188,11 +191,7 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
         return;
     }
     let group = format!("probe_{}", "dwarfvars");
-    let enable = tracing.join("events").join(&group).join(&event).join("enable");
-    std::fs::write(&enable, "1").unwrap();
-    let plain = run_plain(&prog, &[]);
-    std::fs::write(&enable, "0").unwrap();
-    let trace = std::fs::read_to_string(tracing.join("trace")).unwrap_or_default();
+    let (plain, trace) = kernel_run(&tracing, &group, &[&event], || run_plain(&prog, &[]));
     let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{event}")]).output();
     assert!(plain.status.success());
     let pid = format!("-{}", plain_pid(&trace, &event).unwrap_or_default());
@@ -227,9 +226,249 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     assert_eq!(ours, kernel);
 }
 
+/// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from
+/// a trace instance of its own (other programs clearing the main buffer cannot empty it).
+fn kernel_run(
+    tracing: &std::path::Path,
+    group: &str,
+    events: &[&str],
+    run: impl FnOnce() -> std::process::Output,
+) -> (std::process::Output, String) {
+    let instance = tracing.join("instances").join(format!("{group}{}", std::process::id()));
+    let made = std::fs::create_dir(&instance).is_ok();
+    let at = if made { instance.clone() } else { tracing.to_path_buf() };
+    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
+    for e in events {
+        enable(e, "1").unwrap();
+    }
+    let out = run();
+    for e in events {
+        let _ = enable(e, "0");
+    }
+    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
+    if made {
+        let _ = std::fs::remove_dir(&instance);
+    }
+    (out, trace)
+}
+
 /// The pid of the run that hit `event` in the trace (the `comm-PID` word).
 fn plain_pid(trace: &str, event: &str) -> Option<String> {
     let line = trace.lines().find(|l| l.contains(&format!(" {event}: (")))?;
     let word = line.split_whitespace().next()?;
     Some(word.rsplit_once('-')?.1.to_string())
+}
+
+// Variables at source lines (`fixtures/linevars.c`, -g -O2): fill:6 is the line that computes
+// `k` (not live yet), fill:7 = linevars.c:32 the line after (`k` live); `buf` is on the stack,
+// found from the CFA at the line.
+
+fn linevars() -> PathBuf {
+    fixture("linevars", &["-O2", "-g", "-Wall", "-Wextra"])
+}
+
+/// fill's printed values: (id, name, n, buf[2], k), one a call.
+fn printed(stdout: &str) -> Vec<(i64, String, i64, i64, i64)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("fill "))
+        .map(|l| {
+            let v: BTreeMap<&str, &str> = l.split_whitespace().filter_map(|kv| kv.split_once('=')).collect();
+            let n = |k: &str| v[k].parse::<i64>().unwrap();
+            (n("id"), v["name"].to_string(), n("n"), n("buf2"), n("k"))
+        })
+        .collect()
+}
+
+const AT6: &str = "n b2=buf[2] b7=buf[7] k id=r->id r->name:string v1=r->vals[1]";
+const AT32: &str = "n k b2=buf[2]";
+
+#[test]
+fn values_at_lines_are_the_programs_own() {
+    let prog = linevars();
+    let p = s(&prog);
+    let plain = run_plain(&prog, &[]);
+    let want = printed(&String::from_utf8_lossy(&plain.stdout));
+    assert_eq!(want.len(), 3);
+    let run = run_uprobe(&[
+        "-e",
+        &format!("p:l/six {p}:fill:6 {AT6}"),
+        "-e",
+        &format!("p:l/seven linevars.c:32 {AT32}"),
+        "-e",
+        &format!("p:l/all {p}:fill:7 $vars"),
+        p,
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout, String::from_utf8_lossy(&plain.stdout));
+    let six: Vec<String> = want
+        .iter()
+        .map(|(id, name, n, b2, _)| {
+            // buf[i] = id * 10 + i * n (the fixture's loop); vals[1] = 100 * id + 1.
+            format!(
+                r#"n={n} b2={b2} b7={} k=(optimized out) id={id} name="{name}" v1={}"#,
+                id * 10 + 7 * n,
+                100 * id + 1
+            )
+        })
+        .collect();
+    assert_eq!(records(&run, "six"), six, "{}", run.output);
+    let seven: Vec<String> = want.iter().map(|(_, _, n, b2, k)| format!("n={n} k={k} b2={b2}")).collect();
+    assert_eq!(records(&run, "seven"), seven, "{}", run.output);
+    // $vars: those with a value there; `r` is only its entry value at this line (left out).
+    let all: Vec<String> = want
+        .iter()
+        .map(|(id, _, n, _, k)| {
+            let buf: Vec<String> = (0..8).map(|i| (id * 10 + i * n).to_string()).collect();
+            format!("n={n} buf={{{}}} k={k}", buf.join(","))
+        })
+        .collect();
+    assert_eq!(records(&run, "all"), all, "{}", run.output);
+}
+
+/// The records' `NAME=VALUE` words of `event` in the trace, of process `pid` only.
+fn traced(trace: &str, event: &str, pid: &str) -> Vec<String> {
+    trace
+        .lines()
+        .filter(|l| l.contains(&format!("-{pid} ")) && l.contains(&format!(" {event}: (")))
+        .map(|l| l.split_once(") ").map_or("", |(_, a)| a).to_string())
+        .collect()
+}
+
+/// perf probe's values at the same lines, read by the kernel's uprobes on a plain run.
+#[test]
+fn values_at_lines_equal_what_perf_probe_reads_with_the_kernel() {
+    let prog = linevars();
+    let p = s(&prog);
+    let Ok(tracing) = tracefs() else {
+        eprintln!("skipped: no writable tracefs (needs root)");
+        return;
+    };
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let (six, seven) = (format!("lsix{}", std::process::id()), format!("lseven{}", std::process::id()));
+    let group = "probe_linevars";
+    for spec in [format!("{six}=fill:6 {}", AT6.replace(" k ", " ")), format!("{seven}=linevars.c:32 {AT32}")] {
+        let added = Command::new("perf").args(["probe", "-x", p, "-a", &spec]).output().unwrap();
+        if !added.status.success() {
+            let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{six}")]).output();
+            eprintln!("skipped: perf probe could not add {spec}: {}", String::from_utf8_lossy(&added.stderr));
+            return;
+        }
+    }
+    let (plain, trace) = kernel_run(&tracing, group, &[&six, &seven], || run_plain(&prog, &[]));
+    for e in [&six, &seven] {
+        let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{e}")]).output();
+    }
+    assert!(plain.status.success());
+    let pid = plain_pid(&trace, &six).unwrap_or_default();
+    // perf refuses `k` where it has no location: ours says (optimized out) there.
+    let ours = run_uprobe(&[
+        "-e",
+        &format!("p:t/{six} {p}:fill:6 {}", AT6.replace(" k ", " ")),
+        "-e",
+        &format!("p:t/{seven} linevars.c:32 {AT32}"),
+        p,
+    ]);
+    assert!(ours.status.success(), "{}", ours.stderr);
+    assert_eq!(records(&ours, &six), traced(&trace, &six, &pid), "{trace}");
+    assert_eq!(records(&ours, &seven), traced(&trace, &seven, &pid), "{trace}");
+    assert_eq!(records(&ours, &seven).len(), 3);
+    let refused = Command::new("perf").args(["probe", "-x", p, "-a", "fill:6 k"]).output().unwrap();
+    assert!(!refused.status.success(), "perf probe placed k where it has no location");
+}
+
+/// The names `--vars PLACE` gives a value (type and name), and those it says are not live.
+fn vars_listing(place: &str, prog: &str) -> (Vec<String>, Vec<String>) {
+    let out = Command::new(uprobe_run()).args(["--vars", place, prog]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (mut live, mut not) = (Vec::new(), Vec::new());
+    for l in text.lines().filter(|l| l.starts_with("\t\t")) {
+        let w: Vec<&str> = l.trim_start().split('\t').collect();
+        let named = format!("{}\t{}", w[0], w[1]);
+        match w.get(2).is_some_and(|n| n.starts_with('(')) {
+            true => not.push(named),
+            false => live.push(named),
+        }
+    }
+    (live, not)
+}
+
+#[test]
+fn vars_at_a_line_lists_what_is_available_there() {
+    let prog = linevars();
+    let p = s(&prog);
+    let out = Command::new(uprobe_run()).args(["--vars", "fill:6", p]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("Available variables at fill:6\n\t@<fill+"), "{text}");
+    assert!(text.contains("\t\tint[8]\tbuf\t+0(%sp):s32[8]\n"), "{text}");
+    assert!(text.contains("\t\tlong int\tk\t(optimized out)\n"), "{text}");
+    let (live6, not6) = vars_listing("fill:6", p);
+    let (live7, not7) = vars_listing("fill:7", p);
+    assert!(not6.contains(&"long int\tk".to_string()) && live7.contains(&"long int\tk".to_string()));
+    assert_eq!(vars_listing(&format!("{p}:linevars.c:32"), p), (live7.clone(), not7.clone()));
+    // An inlined call's parameters are there with its caller's (lines.c:22, twice(n)).
+    let lines = gcc("lines", &["fixtures/lines.c"], &["-O2", "-g", "-Wall", "-Wextra"]);
+    let (live, _) = vars_listing("classify:4", s(&lines));
+    assert_eq!(live, ["int\tn", "int\tx"]);
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped the comparison with perf probe -V: perf is not installed");
+        return;
+    }
+    // perf probe -V lists the same names (it spells an array as a pointer: names only).
+    let perf = |place: &str, prog: &str| -> Vec<String> {
+        let out = Command::new("perf").args(["probe", "-x", prog, "-V", place]).output().unwrap();
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("\t\t"))
+            .map(|l| l.rsplit('\t').next().unwrap_or("").to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let names = |v: &[String]| {
+        let mut n: Vec<String> = v.iter().map(|t| t.rsplit('\t').next().unwrap_or("").to_string()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(perf("fill:6", p), names(&live6));
+    assert_eq!(perf("fill:7", p), names(&live7));
+    assert_eq!(perf("classify:4", s(&lines)), ["n", "x"]);
+}
+
+#[test]
+fn a_variable_not_at_the_line_is_refused_with_those_that_are() {
+    let prog = linevars();
+    let p = s(&prog);
+    let cases = [
+        (format!("p {p}:fill:7 zz"), "no variable zz at fill:7 (it has: r, n, buf, k)"),
+        (
+            format!("p {p}:fill:7 r->id"),
+            "r cannot be read at fill:7: its value is the one it had at the function's entry",
+        ),
+        ("p linevars.c:32 i".to_string(), "no variable i at linevars.c:32 (it has: r, n, buf, k)"),
+        ("p linevars.c:32 buf->x".to_string(), "buf (of type int[8]) is not a pointer"),
+    ];
+    for (def, why) in &cases {
+        let run = run_uprobe(&["-e", def, p]);
+        assert_eq!(run.status.code(), Some(2), "{def}: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "{def}: {}", run.stderr);
+        assert!(run.stderr.contains(why), "{def}: {}", run.stderr);
+        assert_eq!(run.stdout, "", "{def}: the program must not start");
+    }
+    // Link-time optimization names variables from other units: refused, not misread.
+    let lto = gcc("linevars_lto", &["fixtures/linevars.c"], &["-O2", "-g", "-flto"]);
+    for place in ["fill:7", "fill"] {
+        let out = Command::new(uprobe_run()).args(["--vars", place, s(&lto)]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{place}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("(a link-time optimized build)"), "{place}: {err}");
+    }
+    let out = Command::new(uprobe_run()).args(["--vars", "fill:5", p]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shares its address") && err.contains("probe fill:3 instead"), "{err}");
 }

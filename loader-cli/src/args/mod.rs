@@ -267,8 +267,9 @@ pub struct Cli {
     pub list: bool,
 
     /// List the DWARF variables available at FUNC's entry (FUNC, FUNC+OFFSET or
-    /// MODULE:FUNC) in PROGRAM, with their types and the fetchargs they become, as
-    /// `perf probe -V` lists them: uprobe-run --vars FUNC PROGRAM.
+    /// MODULE:FUNC) or on a source line (FUNC:LINE, MODULE:FUNC:LINE, [MODULE:]FILE.c:LINE)
+    /// in PROGRAM, with their types and the fetchargs they become, as `perf probe -V` lists
+    /// them: uprobe-run --vars FUNC[:LINE] PROGRAM.
     #[arg(long, value_name = "FUNC", help_heading = heading::MODES)]
     pub vars: Option<String>,
     /// Show the source lines of a function (numbered from its declared line) or of a source

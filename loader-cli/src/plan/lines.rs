@@ -6,11 +6,13 @@
 //! which lines those are ([`listing`]).
 //!
 //! The DWARF comes from the module or its debug file by build id ([`debug`]). What follows
-//! WHERE in a definition (fetchargs, filter) is kept as written: [`line_addresses`] is the
-//! place half, for fetches by name to be joined to.
+//! WHERE in a definition (fetchargs, filter) is kept as written, except variables by name
+//! (`p prog:func:4 len buf->data:string`), which become fetchargs at each site's address
+//! ([`super::dwarf`]).
 
 pub mod debug;
 pub mod listing;
+pub mod vars;
 pub mod walk;
 
 use std::path::{Path, PathBuf};
@@ -239,6 +241,7 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
     let mut out = Vec::with_capacity(defs.len());
     let mut startup: Option<Vec<PathBuf>> = None;
     let mut loaded: Vec<(PathBuf, Debug)> = Vec::new();
+    let mut variables: Vec<(PathBuf, super::dwarf::Module)> = Vec::new();
     for text in defs {
         let words = def::words(text);
         let Some(&(where_at, place_word)) = words.get(1) else {
@@ -298,6 +301,10 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
             }
         };
         let rest = &text[where_at + place_word.len()..];
+        let by_name = super::dwarf::names_variables(text);
+        if by_name && !variables.iter().any(|(p, _)| *p == path) {
+            variables.push((path.clone(), super::dwarf::Module::load(&path).map_err(&refuse)?));
+        }
         for (n, site) in sites.iter().enumerate() {
             let offset = module.offset_of(site.addr).ok_or_else(|| {
                 refuse(format!("address {:#x} of {place} lies outside the file's segments", site.addr))
@@ -307,6 +314,15 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
                 Some(g) => format!("p:{g}/{name}"),
                 None => format!("p:{name}"),
             };
+            if by_name {
+                // Each site's variables where they are at its address: location lists and
+                // the frame (CFA) taken there, not at the function's entry.
+                let (_, m) = variables.iter().find(|(p, _)| *p == path).expect("loaded above");
+                let f = m.variables_at(site.addr).map_err(&refuse)?;
+                let args = super::dwarf::fetchargs(text, &f, &place.to_string(), false).map_err(&refuse)?;
+                out.push(super::dwarf::with_args(text, &format!("{head} {shown}:{offset:#x}"), &args));
+                continue;
+            }
             out.push(format!("{head} {shown}:{offset:#x}{rest}"));
         }
     }

@@ -44,7 +44,8 @@ pub enum Plan {
     Launch(Box<Launch>),
     /// `-l`: list what can be probed in a program.
     List(List),
-    /// `--vars FUNC PROGRAM`: the DWARF variables available at a function's entry.
+    /// `--vars FUNC[:LINE] PROGRAM`: the DWARF variables available at a function's entry or
+    /// on a source line.
     Vars { place: String, program: PathBuf },
     /// `--pid`: attach to a running process.
     Attach(Box<Attach>),

@@ -111,7 +111,8 @@ impl Access {
 
 /// The fetcharg (`NAME=FETCH:TYPE`) of `a` at the function whose variables are `vars`.
 pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Result<String, String> {
-    let var = vars.iter().find(|v| v.name == a.var).ok_or_else(|| {
+    // The innermost of the same name: the variables come outer scope first.
+    let var = vars.iter().rev().find(|v| v.name == a.var).ok_or_else(|| {
         let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
         format!(
             "no variable {} at {func} (it has: {})",

@@ -102,7 +102,7 @@ impl Module {
             let Ok(unit) = dwarf.unit(header) else { continue };
             let mut entries = unit.entries();
             while let Ok(Some((_, e))) = entries.next_dfs() {
-                if e.tag() == gimli::DW_TAG_subprogram && low_pc(&dwarf, &unit, e).is_some() {
+                if e.tag() == gimli::DW_TAG_subprogram && entry_pc(&dwarf, &unit, e).is_some() {
                     if let Some(n) = name(&dwarf, &unit, e) {
                         out.push(n);
                     }
@@ -118,16 +118,21 @@ impl Module {
     pub fn function(&self, func: &str, offset: u64) -> Result<Function, String> {
         let dwarf = self.dwarf();
         let mut units = dwarf.units();
+        let mut elsewhere = false;
         while let Some(header) = units.next().map_err(|e| e.to_string())? {
             let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
             let mut entries = unit.entries();
             while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
                 if e.tag() != gimli::DW_TAG_subprogram || name(&dwarf, &unit, e).as_deref() != Some(func) {
+                    elsewhere |= e.tag() == gimli::DW_TAG_subprogram && cross_unit(e);
                     continue;
                 }
-                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
                 return self.function_at(&dwarf, &unit, e.offset(), func, entry, entry + offset);
             }
+        }
+        if elsewhere {
+            return Err(format!("no function {func} found: {CROSS_UNIT}"));
         }
         let names = self.function_names();
         Err(format!(
@@ -139,7 +144,6 @@ impl Module {
 
     /// The variables available at link-time address `pc` of this module, in the function
     /// whose code covers it (for line places and `--vars FUNC:LINE`).
-    #[allow(dead_code)] // for line places (`FILE:LINE`), which resolve to addresses
     pub fn variables_at(&self, pc: u64) -> Result<Function, String> {
         let dwarf = self.dwarf();
         let mut units = dwarf.units();
@@ -150,13 +154,16 @@ impl Module {
                 if e.tag() != gimli::DW_TAG_subprogram {
                     continue;
                 }
-                let Some(entry) = low_pc(&dwarf, &unit, e) else { continue };
+                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
                 let mut ranges = dwarf.die_ranges(&unit, e).map_err(|e| e.to_string())?;
                 let mut inside = false;
                 while let Ok(Some(r)) = ranges.next() {
                     inside |= r.begin <= pc && pc < r.end;
                 }
                 if inside {
+                    if cross_unit(e) {
+                        return Err(CROSS_UNIT.into());
+                    }
                     let func = name(&dwarf, &unit, e).unwrap_or_default();
                     return self.function_at(&dwarf, &unit, e.offset(), &func, entry, pc);
                 }
@@ -220,13 +227,15 @@ impl Module {
                 Variable { name, type_name: types.name(ty), param, loc, ty }
             })
             .collect();
-        Ok(Function { name: func.into(), variables, types })
+        Ok(Function { name: func.into(), entry, variables, types })
     }
 }
 
 /// A function found, with its variables at the probe.
 pub struct Function {
     pub name: String,
+    /// The link-time address of its entry.
+    pub entry: u64,
     pub variables: Vec<Variable>,
     types: Table,
 }
@@ -274,6 +283,33 @@ fn low_pc(
     dwarf.attr_address(unit, e.attr_value(gimli::DW_AT_low_pc).ok().flatten()?).ok().flatten()
 }
 
+/// Where a function's code starts: its low_pc, or the first of its ranges where its code is
+/// split (gcc's hot and `.cold` parts have `DW_AT_ranges` and no low_pc).
+fn entry_pc(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    e: &gimli::DebuggingInformationEntry<R<'_>>,
+) -> Option<u64> {
+    if let Some(pc) = low_pc(dwarf, unit, e) {
+        return Some(pc);
+    }
+    if e.attr_value(gimli::DW_AT_declaration).ok().flatten().is_some() {
+        return None;
+    }
+    let mut ranges = dwarf.die_ranges(unit, e).ok()?;
+    ranges.next().ok().flatten().map(|r| r.begin)
+}
+
+const CROSS_UNIT: &str = "the function's DWARF takes names and types from other compilation units (a link-time optimized build), which this version does not follow";
+
+/// Whether a DIE takes its name and type from a DIE of another unit (`DW_FORM_ref_addr`, as
+/// link-time optimization writes them): read in this unit, that offset would be another DIE.
+fn cross_unit(e: &gimli::DebuggingInformationEntry<R<'_>>) -> bool {
+    [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
+        .iter()
+        .any(|&at| matches!(e.attr_value(at), Ok(Some(gimli::AttributeValue::DebugInfoRef(_)))))
+}
+
 fn abstract_origin(e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
     for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
         if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(at) {
@@ -312,7 +348,9 @@ fn type_of(unit: &gimli::Unit<R<'_>>, at: UnitOffset) -> Option<UnitOffset> {
 
 type Found<'a> = (String, bool, Option<UnitOffset>, Option<gimli::AttributeValue<R<'a>>>, Option<u64>);
 
-/// The parameters and the variables in scope at `pc` under `node` (lexical blocks that cover it).
+/// The parameters and the variables in scope at `pc` under `node`, outer first: the lexical
+/// blocks and the inlined calls that cover it (as `perf probe` walks them), so an inner
+/// variable that shadows an outer one comes after it.
 fn collect<'a>(
     dwarf: &gimli::Dwarf<R<'a>>,
     unit: &gimli::Unit<R<'a>>,
@@ -325,6 +363,9 @@ fn collect<'a>(
         let e = child.entry();
         match e.tag() {
             gimli::DW_TAG_formal_parameter | gimli::DW_TAG_variable => {
+                if cross_unit(e) {
+                    return Err(CROSS_UNIT.into());
+                }
                 let Some(n) = name(dwarf, unit, e) else { continue };
                 let ty = type_of(unit, e.offset());
                 let loc = e.attr_value(gimli::DW_AT_location).ok().flatten();
@@ -335,7 +376,7 @@ fn collect<'a>(
                 };
                 out.push((n, e.tag() == gimli::DW_TAG_formal_parameter, ty, loc, konst));
             }
-            gimli::DW_TAG_lexical_block => {
+            gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => {
                 let mut ranges = dwarf.die_ranges(unit, e).map_err(|e| e.to_string())?;
                 let mut inside = false;
                 while let Ok(Some(r)) = ranges.next() {
@@ -429,47 +470,58 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
         }
         let m = &loaded[&file];
         let f = m.function(name, *offset).map_err(&refuse)?;
-        let mut args = Vec::new();
-        for w in fetch_words(text) {
-            if !access::is_dwarf(w) {
-                args.push(w.to_string());
-                continue;
-            }
-            if probe.kind == Kind::Return {
-                return Err(refuse(format!(
-                    "{w}: at a return only $retval can be read (the parameters' registers are not kept)"
-                )));
-            }
-            let body = w.split_once('=').map_or(w, |(_, b)| b);
-            match body {
-                "$params" | "$vars" => {
-                    for v in f.variables.iter().filter(|v| v.param || body == "$vars") {
-                        let a = access::Access { name: None, var: v.name.clone(), steps: Vec::new(), ty: None };
-                        // Those that cannot be shown (a struct by value, a float) are left out, as
-                        // `perf probe` leaves them.
-                        if let Ok(arg) = access::fetcharg(&a, &f.variables, &f.types, &f.name) {
-                            args.push(arg);
-                        }
-                    }
-                }
-                _ => {
-                    let a = access::Access::parse(w).map_err(&refuse)?;
-                    args.push(access::fetcharg(&a, &f.variables, &f.types, &f.name).map_err(&refuse)?);
-                }
-            }
-        }
-        let mut line = format!("{head} {place}");
-        for a in &args {
-            line.push(' ');
-            line.push_str(a);
-        }
-        if let Some(&(at, _)) = words.iter().find(|&&(_, w)| w == "if") {
-            line.push(' ');
-            line.push_str(&text[at..]);
-        }
+        let args = fetchargs(text, &f, &f.name, probe.kind == Kind::Return).map_err(&refuse)?;
+        let line = with_args(text, &format!("{head} {place}"), &args);
         out.push(line);
     }
     Ok(out)
+}
+
+/// The fetchargs of a definition's words after WHERE: each DWARF name translated with the
+/// variables of `f` (`at` names the place in a refusal), the others kept.
+pub fn fetchargs(text: &str, f: &Function, at: &str, ret: bool) -> Result<Vec<String>, String> {
+    let mut args = Vec::new();
+    for w in fetch_words(text) {
+        if !access::is_dwarf(w) {
+            args.push(w.to_string());
+            continue;
+        }
+        if ret {
+            return Err(format!("{w}: at a return only $retval can be read (the parameters' registers are not kept)"));
+        }
+        let body = w.split_once('=').map_or(w, |(_, b)| b);
+        match body {
+            "$params" | "$vars" => {
+                for v in f.variables.iter().filter(|v| v.param || body == "$vars") {
+                    let a = access::Access { name: None, var: v.name.clone(), steps: Vec::new(), ty: None };
+                    // Those that cannot be shown (a struct by value, a float) are left out, as
+                    // `perf probe` leaves them.
+                    if let Ok(arg) = access::fetcharg(&a, &f.variables, &f.types, at) {
+                        args.push(arg);
+                    }
+                }
+            }
+            _ => {
+                let a = access::Access::parse(w)?;
+                args.push(access::fetcharg(&a, &f.variables, &f.types, at)?);
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// `HEAD WHERE`, then `args`, then the definition's filter (`if ...`) as written.
+pub fn with_args(text: &str, head_where: &str, args: &[String]) -> String {
+    let mut line = head_where.to_string();
+    for a in args {
+        line.push(' ');
+        line.push_str(a);
+    }
+    if let Some(&(at, _)) = def::words(text).iter().find(|&&(_, w)| w == "if") {
+        line.push(' ');
+        line.push_str(&text[at..]);
+    }
+    line
 }
 
 /// `--vars FUNC[+OFFSET]`: the variables available there, as `perf probe -V` shows them.
@@ -493,7 +545,13 @@ pub fn list(place: &str, program: &Path) -> Result<String, String> {
     };
     let m = Module::load(&file)?;
     let f = m.function(func, offset)?;
-    let mut out = format!("Available variables at {func}\n\t@<{func}+{offset}>\n");
+    Ok(format!("Available variables at {func}\n{}", shown(&f, offset)))
+}
+
+/// `\t@<FUNC+OFFSET>` and a line for each variable available there (its type, name and
+/// fetcharg, or why it cannot be read), as `perf probe -V` shows a probe point.
+pub fn shown(f: &Function, offset: u64) -> String {
+    let mut out = format!("\t@<{}+{offset}>\n", f.name);
     for v in &f.variables {
         let access = access::Access { name: None, var: v.name.clone(), steps: Vec::new(), ty: None };
         let note = match (&v.loc, access::fetcharg(&access, &f.variables, &f.types, &f.name)) {
@@ -504,5 +562,5 @@ pub fn list(place: &str, program: &Path) -> Result<String, String> {
         };
         out.push_str(&format!("\t\t{}\t{}{note}\n", v.type_name, v.name));
     }
-    Ok(out)
+    out
 }
