@@ -303,11 +303,18 @@ fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &
     let list = consumers.generation;
     for &consumer in &consumers.probes {
         if !vectors_saved && consumer.needs_vectors() {
-            vector::saving_vectors(|| run_consumer(pp, list, consumer, regs, t));
+            run_consumer_saving_vectors(pp, list, consumer, regs, t);
         } else {
             run_consumer(pp, list, consumer, regs, t);
         }
     }
+}
+
+/// [`run_consumer`] with the vector registers saved around it; out of line, so that the
+/// usual path keeps the consumer in registers.
+#[inline(never)]
+fn run_consumer_saving_vectors(pp: &ProbePoint, list: u64, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+    vector::saving_vectors(|| run_consumer(pp, list, consumer, regs, t));
 }
 
 /// Runs one consumer of the list numbered `list`.
