@@ -38,6 +38,9 @@ enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
  * -mgeneral-regs-only to let the compiler check it. A return probe (struct uretprobe) sets
  * it in rp.u.flags for its entry handler and its return handler together: its entry and its
  * return then skip the save.
+ *
+ * Bit 31 is the runtime's own (its trace events that read %xmmN set it on their probes); a
+ * handler library leaves it 0 (set, it only counts as an unknown bit: the save is kept).
  */
 #define UPROBE_NO_VECTORS 1u
 

@@ -164,19 +164,23 @@ fn run_displaced(pp: &ProbePoint, gregs: &mut Gregs) {
 /// sequence of every hit path.
 #[inline(always)]
 fn hit_section<R>(t: &ThreadState, pp: &ProbePoint, f: impl FnOnce(Option<&Consumers>) -> R) -> R {
-    t.change_marks(|t| t.busy.set(true));
-    let saved_errno = t.errno();
-    let epoch = rcu::read_lock(t);
+    t.set_busy(true);
+    // Found once: the same thread's errno at the end.
+    let errno_at = sys::errno_location();
+    // SAFETY: the calling thread's errno, valid for the thread's life.
+    let saved_errno = unsafe { *errno_at };
+    let section = rcu::read_lock(t);
     let consumers = pp.consumers.load(Ordering::SeqCst);
     // SAFETY: the list stays allocated until our read-side section ends.
     let result = f(unsafe { consumers.as_ref() });
-    rcu::read_unlock(epoch);
-    t.change_marks(|t| t.busy.set(false));
+    rcu::read_unlock(section);
+    t.set_busy(false);
     if t.queued.get() != 0 {
         // Registration is no hit-path code: it may use the vector registers.
         vector::saving_vectors(deferred::run_deferred);
     }
-    t.set_errno(saved_errno);
+    // SAFETY: as above.
+    unsafe { *errno_at = saved_errno };
     result
 }
 
@@ -201,9 +205,14 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs, vectors: usize) -> bool {
         None => run_displaced(pp, gregs),
         Some(consumers) => {
             let mut regs = regs_from(gregs, pp.addr);
-            let outer = t.vectors.replace(vectors);
-            run_consumers(pp, consumers, &mut regs, t, true);
-            t.vectors.set(outer);
+            // Only for the consumers that read them (the flag is read after the list).
+            if pp.reads_xmm.load(Ordering::SeqCst) {
+                let outer = t.vectors.replace(vectors);
+                run_consumers(pp, consumers, &mut regs, t, true);
+                t.vectors.set(outer);
+            } else {
+                run_consumers(pp, consumers, &mut regs, t, true);
+            }
             regs_into(&regs, gregs);
             if regs.rip as usize == pp.addr {
                 run_displaced(pp, gregs);
@@ -216,19 +225,28 @@ pub fn on_trap(addr: usize, gregs: &mut Gregs, vectors: usize) -> bool {
     true
 }
 
-/// A hit through a jump probe's stub (normal context): runs the handlers on `regs` and gives
-/// the address to resume at: `resume` (the relocated instructions), or where a handler sent
-/// the thread. `vectors_saved`: whether the stub saved the vector registers.
-fn direct_hit(pp: &ProbePoint, regs: &mut PtRegs, resume: usize, vectors_saved: bool) -> usize {
+/// A hit through a jump probe's stub (normal context), of thread `t`: runs the handlers on
+/// `regs` and gives the address to resume at: `resume` (the relocated instructions), or
+/// where a handler sent the thread. `vectors_saved`: whether the stub saved the vector
+/// registers (below `regs`, see `insn::frame`).
+#[inline(always)]
+fn direct_hit(t: &ThreadState, pp: &ProbePoint, regs: &mut PtRegs, resume: usize, vectors_saved: bool) -> usize {
     regs.rip = pp.addr as u64;
-    let t = thread::current();
     if t.quiet() {
         pp.missed.fetch_add(1, Ordering::Relaxed);
         return resume;
     }
     hit_section(t, pp, |consumers| {
         if let Some(consumers) = consumers {
-            run_consumers(pp, consumers, regs, t, vectors_saved);
+            // The thread says where the vectors were saved only to the consumers that read
+            // them (the flag is read after the list, which it is raised before).
+            if vectors_saved && pp.reads_xmm.load(Ordering::SeqCst) {
+                let outer = t.vectors.replace(vector::saved_xmm(regs as *mut PtRegs as usize));
+                run_consumers(pp, consumers, regs, t, vectors_saved);
+                t.vectors.set(outer);
+            } else {
+                run_consumers(pp, consumers, regs, t, vectors_saved);
+            }
         }
     });
     if regs.rip as usize == pp.addr {
@@ -285,11 +303,18 @@ fn run_consumers(pp: &ProbePoint, consumers: &Consumers, regs: &mut PtRegs, t: &
     let list = consumers.generation;
     for &consumer in &consumers.probes {
         if !vectors_saved && consumer.needs_vectors() {
-            vector::saving_vectors(|| run_consumer(pp, list, consumer, regs, t));
+            run_consumer_saving_vectors(pp, list, consumer, regs, t);
         } else {
             run_consumer(pp, list, consumer, regs, t);
         }
     }
+}
+
+/// [`run_consumer`] with the vector registers saved around it; out of line, so that the
+/// usual path keeps the consumer in registers.
+#[inline(never)]
+fn run_consumer_saving_vectors(pp: &ProbePoint, list: u64, consumer: Consumer, regs: &mut PtRegs, t: &ThreadState) {
+    vector::saving_vectors(|| run_consumer(pp, list, consumer, regs, t));
 }
 
 /// Runs one consumer of the list numbered `list`.
@@ -324,11 +349,7 @@ extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     regs.ss = 0x2b;
     // SAFETY: the stub was built for this probe point, which is never freed.
     let pp = unsafe { &*(pp as *const ProbePoint) };
-    let t = thread::current();
-    let outer = t.vectors.replace(if vectors_saved { vector::saved_xmm(area) } else { 0 });
-    let resume = direct_hit(pp, regs, resume, vectors_saved);
-    t.vectors.set(outer);
-    resume
+    direct_hit(thread::current(), pp, regs, resume, vectors_saved)
 }
 
 // To the resume address; drops the context word and the red zone.

@@ -200,6 +200,7 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         jump_active: AtomicBool::new(false),
         tail_patched: AtomicBool::new(false),
         vectors: AtomicBool::new(true),
+        reads_xmm: AtomicBool::new(false),
         count_at: AtomicUsize::new(0),
         queued: AtomicBool::new(false),
         trap_unsafe,

@@ -122,14 +122,36 @@ pub fn set_sequence(t: &ThreadState, sequence: u64) {
 
 /// A read-side section in progress.
 pub enum ReadSection {
-    Slot(usize),
+    Slot(&'static AtomicU64),
     Shared(usize),
 }
 
 /// Starts a read-side section (signal-safe; never nested on a thread: the hit paths hold the
 /// thread's busy mark). End it with [`read_unlock`].
-#[inline]
+#[inline(always)]
 pub fn read_lock(t: &ThreadState) -> ReadSection {
+    let seq = t.reader_seq.get();
+    if seq == 0 {
+        return read_lock_slow(t);
+    }
+    // SAFETY: set only to the address of an element of `SLOT_SEQ` (`read_lock_slow`).
+    let seq = unsafe { &*(seq as *const AtomicU64) };
+    enter(seq)
+}
+
+#[inline(always)]
+fn enter(seq: &'static AtomicU64) -> ReadSection {
+    seq.store(seq.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    // The writer's membarrier orders this store before our loads of the list.
+    compiler_fence(Ordering::SeqCst);
+    ReadSection::Slot(seq)
+}
+
+/// [`read_lock`] of a thread that has no slot's address yet: its first section, or one of a
+/// thread with no slot to be had.
+#[cold]
+#[inline(never)]
+fn read_lock_slow(t: &ThreadState) -> ReadSection {
     let mut slot = t.reader.get();
     if slot == 0 {
         slot = match claim_slot() {
@@ -139,25 +161,21 @@ pub fn read_lock(t: &ThreadState) -> ReadSection {
         t.reader.set(slot);
     }
     if slot != NO_SLOT {
-        let i = slot as usize - 1;
-        let seq = SLOT_SEQ[i].load(Ordering::Relaxed);
-        SLOT_SEQ[i].store(seq + 1, Ordering::Relaxed);
-        // The writer's membarrier orders this store before our loads of the list.
-        compiler_fence(Ordering::SeqCst);
-        return ReadSection::Slot(i);
+        let seq = &SLOT_SEQ[slot as usize - 1].0;
+        t.reader_seq.set(seq as *const AtomicU64 as usize);
+        return enter(seq);
     }
     let i = EPOCH.load(Ordering::SeqCst) & 1;
     READERS[i].fetch_add(1, Ordering::SeqCst);
     ReadSection::Shared(i)
 }
 
-#[inline]
+#[inline(always)]
 pub fn read_unlock(section: ReadSection) {
     match section {
-        ReadSection::Slot(i) => {
+        ReadSection::Slot(seq) => {
             compiler_fence(Ordering::SeqCst);
-            let seq = SLOT_SEQ[i].load(Ordering::Relaxed);
-            SLOT_SEQ[i].store(seq + 1, Ordering::Release);
+            seq.store(seq.load(Ordering::Relaxed) + 1, Ordering::Release);
         }
         ReadSection::Shared(i) => {
             READERS[i].fetch_sub(1, Ordering::SeqCst);

@@ -234,7 +234,11 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     t.change_marks(|t| nested = t.busy.replace(true));
     let saved_errno = t.errno();
     let area = regs as *mut PtRegs as usize;
-    let outer_vectors = t.vectors.replace(if vectors_saved { crate::insn::vector::saved_xmm(area) } else { 0 });
+    let outer_vectors =
+        t.vectors.replace(match vectors_saved && crate::probe::table::XMM_READERS.load(Ordering::Relaxed) {
+            true => crate::insn::vector::saved_xmm(area),
+            false => 0,
+        });
     let mut resume = 0;
     with_stack(t, |st| {
         // Every record of this slot: the call, and the calls it tail-called, newest first.

@@ -47,6 +47,11 @@ pub struct ProbePoint {
     /// before the hit's read-side section: a list published meanwhile may need them while
     /// they were not saved, which the dispatcher checks per consumer.
     pub vectors: AtomicBool,
+    /// Whether a consumer here reads the saved vector registers (a `%xmmN` fetcharg, see
+    /// [`READS_XMM`]): only then does a hit tell the thread where they were saved. Raised
+    /// before such a list is published and lowered after one without: a hit reads it after
+    /// its list.
+    pub reads_xmm: AtomicBool,
     /// Where a hit through the stub's counting entry adds one in the thread's counter block
     /// (a byte offset, see `insn::stub::InlineCount`): set while the point's only consumer is
     /// a count that a front-end lets the stub make ([`INLINE_COUNT`]), 0 otherwise.
@@ -108,6 +113,15 @@ fn inline_count(probes: &[Consumer]) -> usize {
     }
 }
 
+/// A bit of `struct uprobe`'s flags that the runtime's own probes set (it is no `UPROBE_*`
+/// flag, so it also keeps the vector registers saved): the probe's hits read the saved
+/// `%xmmN` registers, through the thread's `vectors` word, which a hit sets only for them.
+pub const READS_XMM: core::ffi::c_uint = 1 << 31;
+
+/// Whether any probe that reads the saved `%xmmN` registers was registered (the return
+/// trampoline, which serves every return probe, asks this instead of a point).
+pub static XMM_READERS: AtomicBool = AtomicBool::new(false);
+
 /// The probes registered at one address, in registration order.
 pub struct Consumers {
     pub probes: Vec<Consumer>,
@@ -150,6 +164,12 @@ impl Consumer {
         // SAFETY: registered probe objects are valid (C ABI); the flags do not change while
         // registered. `struct uretprobe` starts with its `struct uprobe`.
         !unsafe { (*self.placement()).vector_free() }
+    }
+
+    /// Whether the probe's hits read the saved vector registers ([`READS_XMM`]).
+    pub fn reads_xmm(self) -> bool {
+        // SAFETY: as in `needs_vectors`.
+        unsafe { (*self.placement()).flags & READS_XMM != 0 }
     }
 
     pub fn is_return(self) -> bool {
@@ -261,6 +281,11 @@ impl ProbePoint {
         if vectors {
             self.vectors.store(true, Ordering::SeqCst);
         }
+        let reads_xmm = probes.iter().any(|c| c.reads_xmm());
+        if reads_xmm {
+            XMM_READERS.store(true, Ordering::SeqCst);
+            self.reads_xmm.store(true, Ordering::SeqCst);
+        }
         // The same for counts in the stub: off before a list they would not count for is
         // published, on after one they count for (a hit that read the old word counts as
         // if it came just before the change).
@@ -277,6 +302,9 @@ impl ProbePoint {
         let old = self.consumers.swap(new, Ordering::SeqCst);
         if !vectors {
             self.vectors.store(false, Ordering::SeqCst);
+        }
+        if !reads_xmm {
+            self.reads_xmm.store(false, Ordering::SeqCst);
         }
         if count_at != 0 {
             self.count_at.store(count_at, Ordering::SeqCst);

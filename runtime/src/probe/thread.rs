@@ -59,6 +59,9 @@ pub struct ThreadState {
     /// The thread's reader slot in `rcu`, plus one; 0: none claimed yet; `u32::MAX`: none to
     /// be had (the thread uses the shared counters).
     pub reader: Cell<u32>,
+    /// The address of that slot's sequence (0: none claimed, or none to be had), so that a
+    /// read-side section is one load and one add.
+    pub reader_seq: Cell<usize>,
     /// The queued requests themselves, in `deferred`'s encoding (two words each).
     pub requests: [Cell<[usize; 2]>; QUEUE_LEN],
     /// A thread of the runtime's own (an attach session's agent) while it is idle, running
@@ -269,6 +272,7 @@ impl ThreadState {
             entry_what: Cell::new((0, 0)),
             queued: Cell::new(0),
             reader: Cell::new(0),
+            reader_seq: Cell::new(0),
             handling: Cell::new(0),
             code: Cell::new(0),
             returns: UnsafeCell::new(ReturnStack::EMPTY),
@@ -364,6 +368,17 @@ impl ThreadState {
         f(self);
         compiler_fence(Ordering::SeqCst);
         self.refresh_counting();
+    }
+
+    /// Sets or clears the `busy` mark (see [`Self::change_marks`]), in one store for a thread
+    /// with no block for stubs.
+    #[inline(always)]
+    pub fn set_busy(&self, busy: bool) {
+        if self.count_block.get() == 0 {
+            self.busy.set(busy);
+        } else {
+            self.change_marks(|t| t.busy.set(busy));
+        }
     }
 
     /// Sets the `counting` word from the marks and `count_block` (see [`Self::change_marks`]).

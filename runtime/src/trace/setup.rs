@@ -18,7 +18,7 @@ use crate::base::abi::{Uprobe, UprobeHandler, Uretprobe, UretprobeEntryHandler, 
 use crate::base::elf::LoadedModule;
 use crate::base::{maps, output, sys};
 use crate::probe::symbols::View;
-use crate::probe::table::Consumer;
+use crate::probe::table::{self, Consumer};
 use crate::probe::{deferred, registry, semaphore};
 use crate::trace::def::{self, DefError, Definition, Kind, Place};
 use crate::trace::drain::{self, Format};
@@ -322,9 +322,10 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
     let u = Uprobe {
         pid: 0,
         // A probe that reads %xmmN has the vector registers saved, where the reads find them.
-        flags: match s.handlers.vector_free && !s.def.args.iter().any(|a| matches!(a.fetch, Fetch::Xmm(_))) {
-            true => UPROBE_NO_VECTORS,
-            false => 0,
+        flags: match (s.handlers.vector_free, s.def.args.iter().any(|a| matches!(a.fetch, Fetch::Xmm(_)))) {
+            (_, true) => table::READS_XMM,
+            (true, false) => UPROBE_NO_VECTORS,
+            (false, false) => 0,
         },
         vaddr: t.addr as _,
         handler: Some(s.handlers.entry),
