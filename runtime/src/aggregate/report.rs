@@ -23,7 +23,7 @@ use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
 use crate::aggregate::merge::{self, Snapshot};
 use crate::aggregate::plan::{self, Plans};
 use crate::aggregate::tables::{self, EventView, Frame, Interval, Left, Names};
-use crate::aggregate::{folded, json, text};
+use crate::aggregate::{folded, json, pprof, text};
 use crate::base::abi::Uretprobe;
 use crate::base::lock::{Mutex, MutexGuard};
 use crate::base::{maps, output, sys};
@@ -286,6 +286,13 @@ fn report(end: bool) {
             output::message(format_args!("{line}"));
         }
     }
+    if let Some(path) = plans.request.asked.pprof.as_deref().filter(|_| end) {
+        let mut profile = pprof::profile(plans, &labelled, &now, &mut names);
+        profile.duration_nanos = (now_ns - names.r.start_ns) as i64;
+        if let Err(line) = pprof::write(path, &profile) {
+            output::message(format_args!("{line}"));
+        }
+    }
     let r = names.r;
     r.next += 1;
     r.last_ns = now_ns;
@@ -480,6 +487,17 @@ impl Names for Known<'_> {
         self.in_module(addr - u64::from(caller), |lines, path, inode, offset, read| {
             lines.place(path, inode, offset, read).map(|p| p.to_string())
         })
+    }
+
+    fn module(&mut self, addr: u64) -> Option<pprof::Module> {
+        let maps = self.maps.get_or_insert_with(maps::current);
+        let m = maps::find(maps, addr as usize).filter(|m| m.is_file())?;
+        let mut module =
+            pprof::Module { start: m.start, end: m.end, offset: m.offset, path: m.path.clone(), ..Default::default() };
+        module.build_id = self
+            .in_module(addr, |lines, path, inode, _, read| Some(lines.build_id(path, inode, read)))
+            .map_or_else(String::new, |id| pprof::hex(&id));
+        Some(module)
     }
 
     fn function(&mut self, event: usize) -> String {
