@@ -215,7 +215,7 @@ pub struct Cli {
     pub by: Option<String>,
 
     /// With --count --by ustack: at the end of the run, draw the counted stacks as a flame
-    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them; written by the process).
+    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them).
     #[arg(long, value_name = "FILE.svg", help_heading = heading::AGGREGATIONS)]
     pub flamegraph: Option<PathBuf>,
 

@@ -41,18 +41,8 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
     let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
     needs(folded && timed, "--format folded", "histograms and timed calls have no stacks to fold")?;
     needs(cli.flamegraph.is_some() && !stacks, "--flamegraph", "draws the stacks of --count --by ustack")?;
-    needs(
-        cli.flamegraph.is_some() && cli.pid.is_some(),
-        "--flamegraph",
-        "not with --pid (the process draws it at the end of a launch)",
-    )?;
     needs(cli.pprof.is_some() && !stacks, "--pprof", "writes the stacks of --count --by ustack")?;
     needs(cli.pprof.is_some() && timed, "--pprof", "histograms and timed calls have no stacks to write")?;
-    needs(
-        cli.pprof.is_some() && cli.pid.is_some(),
-        "--pprof",
-        "not with --pid (the process writes it at the end of a launch)",
-    )?;
     let flamegraph = whole_path("--flamegraph", cli.flamegraph.as_deref())?;
     let pprof = whole_path("--pprof", cli.pprof.as_deref())?;
 

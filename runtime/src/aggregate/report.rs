@@ -33,6 +33,7 @@ use crate::trace::events::{self, Probe};
 use crate::trace::format::Symbols;
 use crate::trace::names::{demangle, without_parameters};
 use uprobe_contracts::lines::{Bytes, Lines};
+use uprobe_contracts::wire;
 
 /// How many modules' line tables reports keep at a time.
 const LINE_MODULES: usize = 16;
@@ -279,17 +280,24 @@ fn report(end: bool) {
         out.push_str(names.r.title.as_deref().unwrap_or(""));
         text::write(&mut out, plans, &labelled, &shown, &frame, &left, &mut names);
     }
+    // In an attach session, uprobe-run writes the files, as the user who asked for them.
     if let Some(path) = plans.request.asked.flamegraph.as_deref().filter(|_| end) {
         let (lines, _) = folded::lines(plans, &labelled, &now, &mut names);
         let title = format!("uprobe-run: {} (pid {})", plans.by.as_ref().map_or("", |b| b.name.as_str()), frame.pid);
-        if let Err(line) = folded::svg(path, &title, &lines) {
+        if output::in_session() {
+            let mut text = String::new();
+            folded::write(&mut text, &lines);
+            output::send_file(wire::FOLDED, text.as_bytes());
+        } else if let Err(line) = folded::svg(path, &title, &lines) {
             output::message(format_args!("{line}"));
         }
     }
     if let Some(path) = plans.request.asked.pprof.as_deref().filter(|_| end) {
         let mut profile = pprof::profile(plans, &labelled, &now, &mut names);
         profile.duration_nanos = (now_ns - names.r.start_ns) as i64;
-        if let Err(line) = pprof::write(path, &profile) {
+        if output::in_session() {
+            output::send_file(wire::PPROF, &profile.encode());
+        } else if let Err(line) = pprof::write(path, &profile) {
             output::message(format_args!("{line}"));
         }
     }
