@@ -462,3 +462,50 @@ fn source_lines_in_an_attach_count_as_in_a_launch() {
     assert_eq!(status.code(), Some(0), "{own:?}");
     assert_eq!(without_own_lines(&attach), launch);
 }
+
+/// The stacks of the gzipped pprof profile at `path`, as function names innermost first,
+/// with their counts, sorted.
+fn pprof_stacks(path: &std::path::Path) -> Vec<(Vec<String>, i64)> {
+    use std::io::Read;
+    let gz = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut bytes).expect("gzip");
+    let p = uprobe_contracts::pprof::decode(&bytes).expect("a profile");
+    let mut stacks: Vec<(Vec<String>, i64)> = (0..p.samples.len())
+        .map(|i| (p.stack(i).into_iter().map(str::to_string).collect(), p.samples[i].values[0]))
+        .collect();
+    stacks.sort();
+    stacks
+}
+
+/// The boxes of a flame graph SVG (`<title>NAME (N hits, P%)</title>`), sorted.
+fn flame_boxes(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut boxes: Vec<String> =
+        text.split("<title>").skip(1).map(|t| t.split("</title>").next().unwrap_or("").to_string()).collect();
+    boxes.sort();
+    boxes
+}
+
+#[test]
+fn an_attach_writes_the_flame_graph_and_profile_a_launch_writes() {
+    need_ptrace!();
+    let sized = def("p", "sized", "");
+    let (svg, pb) = (tempfile("attach-flame").with_extension("svg"), tempfile("attach-prof").with_extension("pb.gz"));
+    let args = ["--count", "--by", "ustack", "-e", &sized, "--flamegraph", path(&svg), "--pprof", path(&pb)];
+    let _ = launched(&args);
+    let (launch_boxes, launch_stacks) = (flame_boxes(&svg), pprof_stacks(&pb));
+    let _ = (std::fs::remove_file(&svg), std::fs::remove_file(&pb));
+    let (status, text, own) = attached(&args);
+    assert_eq!(status.code(), Some(0), "{own:?}");
+    assert!(text.contains("count sized by ustack: 210 hits, 1 key\n"), "{text}");
+    let (boxes, stacks) = (flame_boxes(&svg), pprof_stacks(&pb));
+    let _ = (std::fs::remove_file(&svg), std::fs::remove_file(&pb));
+    // sized() is called 1 + 2 + ... + 20 times from one place of main.
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    assert_eq!(stacks[0].1, 210);
+    assert_eq!(stacks[0].0[..2], ["sized", "main"], "{stacks:?}");
+    assert_eq!(stacks, launch_stacks);
+    assert!(boxes.contains(&"sized (210 hits, 100.00%)".to_string()), "{boxes:?}");
+    assert_eq!(&boxes[1..], &launch_boxes[1..], "the same boxes (the title's pid aside)");
+}

@@ -1,9 +1,10 @@
-//! Stacks as profiles people already read: `--format folded` (stackcollapse's lines) and
-//! `--flamegraph FILE.svg`, on the fixture of `stacks.rs` (`-O2 -fomit-frame-pointer`, known
+//! Stacks as profiles people already read: `--format folded` (stackcollapse's lines),
+//! `--flamegraph FILE.svg` and `--pprof FILE` (pprof's gzipped `profile.proto`), on the fixture of `stacks.rs` (`-O2 -fomit-frame-pointer`, known
 //! call chains), with exact counts.
 
 use std::path::PathBuf;
 
+use uprobe_contracts::pprof::{self, Profile, ValueType};
 use uprobe_tests::{gcc, run_uprobe, tempfile, Run};
 
 const FLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-Wextra", "-pthread", "-ldl"];
@@ -120,12 +121,118 @@ fn a_flamegraph_is_drawn_with_every_frame_named() {
     }
 }
 
+/// The profile in the gzipped pprof file at `path`.
+fn read_pprof(path: &std::path::Path) -> Profile {
+    use std::io::Read;
+    let gz = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut bytes).expect("gzip");
+    pprof::decode(&bytes).expect("a profile")
+}
+
+/// The file offset of symbol `name`'s address in the ELF file `path`, and its build ID.
+fn elf_facts(path: &std::path::Path, name: &str) -> (u64, String) {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let addr = file.symbols().find(|s| s.name() == Ok(name)).unwrap().address();
+    let seg = file.segments().find(|s| s.address() <= addr && addr < s.address() + s.size()).unwrap();
+    let id = file.build_id().unwrap().unwrap().iter().map(|b| format!("{b:02x}")).collect();
+    (addr - seg.address() + seg.file_range().0, id)
+}
+
+#[test]
+fn a_pprof_profile_has_each_stack_with_its_count_addresses_mappings_and_lines() {
+    let p = stacks();
+    let file = tempfile("profile").with_extension("pb.gz");
+    let run = run_uprobe(&[
+        "-e",
+        &leaf(&p),
+        "--count",
+        "--by",
+        "ustack",
+        "--pprof",
+        file.to_str().unwrap(),
+        p.to_str().unwrap(),
+        "chain",
+        "3",
+        "5",
+    ]);
+    assert!(run.status.success(), "{}{}", run.stderr, run.output);
+    // The text report as without it.
+    assert!(run.output.contains("count leaf by ustack: 8 hits, 2 keys\n"), "{}", run.output);
+    let profile = read_pprof(&file);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(profile.sample_types, [ValueType { kind: "hits".into(), unit: "count".into() }]);
+    assert_eq!(profile.samples.len(), 2, "{profile:?}");
+    let mut samples: Vec<(Vec<&str>, i64)> = (0..2).map(|i| (profile.stack(i), profile.samples[i].values[0])).collect();
+    samples.sort_by_key(|s| s.1);
+    let src = std::fs::canonicalize("fixtures/stacks.c").unwrap();
+    let (leaf_offset, build_id) = elf_facts(&p, "leaf");
+    for ((stack, count), (path, hits, path_line, main_line)) in
+        samples.iter().zip([("path_a", 3, 38, 94), ("path_b", 5, 39, 95)])
+    {
+        assert_eq!(*count, hits);
+        assert_eq!(stack[..9], chain(path), "{stack:?}");
+        assert_eq!(stack.last(), Some(&"_start"), "{stack:?}");
+        let sample = profile.samples.iter().find(|s| s.values == [hits]).unwrap();
+        // The program's frames: a line each, in the fixture's source, in its mapping.
+        let lines = [28, 32, 33, 34, 35, 36, 37, path_line, main_line];
+        for (&loc, line) in sample.locations.iter().zip(lines) {
+            let loc = &profile.locations[loc as usize - 1];
+            let function = &profile.functions[loc.lines[0].function as usize - 1];
+            assert_eq!((function.file.as_str(), loc.lines[0].line), (src.to_str().unwrap(), line), "{function:?}");
+            let m = &profile.mappings[loc.mapping as usize - 1];
+            assert_eq!(m.file, p.to_str().unwrap());
+            assert_eq!(m.build_id, build_id);
+            assert!(m.start <= loc.address && loc.address < m.limit && m.has_functions && m.has_line_numbers);
+        }
+        // The leaf's address is the function's, at its file offset in the program.
+        let leaf = &profile.locations[sample.locations[0] as usize - 1];
+        let m = &profile.mappings[leaf.mapping as usize - 1];
+        assert_eq!(leaf.address - m.start + m.offset, leaf_offset);
+    }
+
+    // Other key parts are labels; several stacked events are told apart by a label.
+    let run = run_uprobe(&[
+        "-e",
+        &leaf(&p),
+        "-e",
+        &format!("p:f6 {}:f6", p.display()),
+        "--count",
+        "--by",
+        "tid,ustack:3",
+        "--pprof",
+        file.to_str().unwrap(),
+        p.to_str().unwrap(),
+        "chain",
+        "2",
+        "4",
+    ]);
+    assert!(run.status.success(), "{}{}", run.stderr, run.output);
+    let profile = read_pprof(&file);
+    let _ = std::fs::remove_file(&file);
+    let mut got: Vec<(Vec<&str>, i64, Vec<&str>)> = (0..profile.samples.len())
+        .map(|i| {
+            let s = &profile.samples[i];
+            (profile.stack(i), s.values[0], s.labels.iter().map(|(k, _)| k.as_str()).collect())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [(vec!["f6", "f5", "f4"], 6, vec!["event", "tid"]), (vec!["leaf", "f6", "f5"], 6, vec!["event", "tid"]),]
+    );
+    let labels = &profile.samples[0].labels;
+    assert!(labels[1].1.parse::<u32>().is_ok(), "a thread id: {labels:?}");
+}
+
 #[test]
 fn folded_stacks_and_flamegraphs_need_a_stack_key() {
     let p = stacks();
     let def = leaf(&p);
     let svg = tempfile("flame").with_extension("svg");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--count", "--format", "folded"], "--format folded: folds the stacks of --count --by ustack"),
         (
             &["--count", "--by", "tid", "--format", "folded"],
@@ -140,6 +247,15 @@ fn folded_stacks_and_flamegraphs_need_a_stack_key() {
         (
             &["--count", "--by", "tid", "--flamegraph", svg.to_str().unwrap()],
             "--flamegraph: no key of --by is a stack (ustack[:DEPTH], or an argument $ustack)",
+        ),
+        (&["--count", "--pprof", svg.to_str().unwrap()], "--pprof: writes the stacks of --count --by ustack"),
+        (
+            &["--count", "--by", "tid", "--pprof", svg.to_str().unwrap()],
+            "--pprof: no key of --by is a stack (ustack[:DEPTH], or an argument $ustack)",
+        ),
+        (
+            &["--count", "--by", "ustack", "--latency", "leaf", "--pprof", svg.to_str().unwrap()],
+            "--pprof: histograms and timed calls have no stacks to write",
         ),
     ];
     for (args, line) in cases {

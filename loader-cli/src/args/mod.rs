@@ -215,9 +215,14 @@ pub struct Cli {
     pub by: Option<String>,
 
     /// With --count --by ustack: at the end of the run, draw the counted stacks as a flame
-    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them; written by the process).
+    /// graph into FILE.svg (an SVG, as flamegraph.pl draws them).
     #[arg(long, value_name = "FILE.svg", help_heading = heading::AGGREGATIONS)]
     pub flamegraph: Option<PathBuf>,
+
+    /// With --count --by ustack: at the end of the run, write the counted stacks as a
+    /// gzipped pprof profile into FILE (`go tool pprof`, Pyroscope, speedscope read it).
+    #[arg(long, value_name = "FILE", help_heading = heading::AGGREGATIONS)]
+    pub pprof: Option<PathBuf>,
 
     /// With --count: keep the N largest counts.
     #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true, help_heading = heading::AGGREGATIONS)]

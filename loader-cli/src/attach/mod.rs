@@ -22,6 +22,7 @@
 
 mod copies;
 mod error;
+mod files;
 mod inject;
 mod load;
 mod net;
@@ -131,13 +132,21 @@ fn attach(request: Request) -> Result<i32, AttachError> {
     // A listing goes to standard output, as a launch's does.
     let listing = request.spec.list.is_some();
     let out = session::Output::open(if listing { Some(std::path::Path::new("-")) } else { request.output.as_deref() })?;
+    // The files written at the end: made now, so that a path that cannot be is said first.
+    let aggregate = &request.spec.aggregate;
+    for path in [&aggregate.flamegraph, &aggregate.pprof].into_iter().flatten() {
+        std::fs::File::create(path).map_err(|source| AttachError::Output { path: PathBuf::from(path), source })?;
+    }
     let pidfd =
         net::pidfd(target.pid).map_err(|_| target.changed().unwrap_or(AttachError::NoSuchProcess(target.pid)))?;
     let mut pause = session::Pause::default();
     // Whatever failed, a process that exited or exec'd meanwhile is the cause to name.
     let control =
         start_agent(&target, &request, &signals, &pidfd, &mut pause).map_err(|e| target.changed().unwrap_or(e))?;
-    session::Session { target, control, out, signals, request, started, pause }.run().map(session::output_checked)
+    let files = files::Files::default();
+    session::Session { target, control, out, signals, request, started, pause, files }
+        .run()
+        .map(session::output_checked)
 }
 
 /// System calls the C library's allocator makes while it holds an arena lock: a thread

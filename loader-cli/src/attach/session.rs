@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::attach::error::AttachError;
+use crate::attach::files::Files;
 use crate::attach::net;
 use crate::attach::request::Request;
 use crate::attach::stop::{self, StopError, Stopped};
 use crate::attach::target::Target;
 use crate::base::spec;
-use uprobe_contracts::wire::{FromAgent, ToAgent, MAX_MESSAGE};
+use uprobe_contracts::wire::{FromAgent, ToAgent, FILE_PART, MAX_MESSAGE};
 
 /// Exit status when a handler library's `uprobe_init` failed (as for a launched program).
 const INIT_FAILED: i32 = 127;
@@ -151,6 +152,8 @@ pub struct Session {
     pub started: Instant,
     /// The pause of the attach so far (finding a thread to load the runtime with).
     pub pause: Pause,
+    /// What the process sent of the files written at the end.
+    pub files: Files,
 }
 
 impl Session {
@@ -175,8 +178,19 @@ impl Session {
         FromAgent::decode(&text).map(Some).ok_or_else(|| self.protocol(format!("unknown message {text:?}")))
     }
 
-    /// Runs the session to its end; returns uprobe-run's exit status.
+    /// Runs the session to its end, then writes the files the process sent
+    /// (`--flamegraph`, `--pprof`); returns uprobe-run's exit status.
     pub fn run(mut self) -> Result<i32, AttachError> {
+        let status = self.session();
+        let asked = &self.request.spec.aggregate;
+        if asked.flamegraph.is_some() || asked.pprof.is_some() {
+            let title = format!("uprobe-run: {} (pid {})", asked.by.as_deref().unwrap_or(""), self.pid());
+            self.files.write(asked.flamegraph.as_deref(), asked.pprof.as_deref(), &title);
+        }
+        status
+    }
+
+    fn session(&mut self) -> Result<i32, AttachError> {
         let pid = self.pid();
         let hello = net::poll(&[self.control.as_raw_fd()], Some(HELLO_TIMEOUT)).map_err(AttachError::Socket)?;
         if !hello[0] {
@@ -367,6 +381,8 @@ impl Session {
                 Some((&ASIDE, line)) if self.request.chrome => {
                     let _ = std::io::stderr().write_all(line);
                 }
+                Some((&FILE_PART, part)) if self.request.spec.aggregate.flamegraph.is_some() => self.files.take(part),
+                Some((&FILE_PART, part)) if self.request.spec.aggregate.pprof.is_some() => self.files.take(part),
                 _ => self.out.write(&bytes),
             }
         }

@@ -41,29 +41,10 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
     let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
     needs(folded && timed, "--format folded", "histograms and timed calls have no stacks to fold")?;
     needs(cli.flamegraph.is_some() && !stacks, "--flamegraph", "draws the stacks of --count --by ustack")?;
-    needs(
-        cli.flamegraph.is_some() && cli.pid.is_some(),
-        "--flamegraph",
-        "not with --pid (the process draws it at the end of a launch)",
-    )?;
-    let flamegraph = match &cli.flamegraph {
-        // The program may change directory: the path is made whole here.
-        Some(path) => {
-            let whole = std::path::absolute(path).unwrap_or_else(|_| path.clone());
-            match whole.to_str().filter(|p| !p.contains('\n')) {
-                Some(p) => Some(p.to_owned()),
-                None => {
-                    let value = whole.to_string_lossy().into_owned();
-                    return Err(Error::AggregateValue {
-                        option: "--flamegraph",
-                        value,
-                        reason: "not a UTF-8 path of one line",
-                    });
-                }
-            }
-        }
-        None => None,
-    };
+    needs(cli.pprof.is_some() && !stacks, "--pprof", "writes the stacks of --count --by ustack")?;
+    needs(cli.pprof.is_some() && timed, "--pprof", "histograms and timed calls have no stacks to write")?;
+    let flamegraph = whole_path("--flamegraph", cli.flamegraph.as_deref())?;
+    let pprof = whole_path("--pprof", cli.pprof.as_deref())?;
 
     let one_line = |option: &'static str, texts: &[String]| match texts.iter().find(|t| t.contains('\n')) {
         Some(text) => Err(Error::AggregateValue { option, value: text.clone(), reason: "contains a newline" }),
@@ -82,7 +63,21 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
         // The socket's number is known when the launch or attach makes it (`--serve`).
         feed: None,
         flamegraph,
+        pprof,
     })
+}
+
+/// A file the end of the run writes, as a whole path (the program may change directory).
+fn whole_path(option: &'static str, path: Option<&std::path::Path>) -> Result<Option<String>, Error> {
+    let Some(path) = path else { return Ok(None) };
+    let whole = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match whole.to_str().filter(|p| !p.contains('\n')) {
+        Some(p) => Ok(Some(p.to_owned())),
+        None => {
+            let value = whole.to_string_lossy().into_owned();
+            Err(Error::AggregateValue { option, value, reason: "not a UTF-8 path of one line" })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -130,5 +125,13 @@ mod tests {
             "--format chrome: reports are text, json or folded"
         );
         assert_eq!(refused(&["--latency", "f\ng"]), "--latency 'f\\ng': contains a newline");
+        assert_eq!(
+            refused(&["-e", "p t:f", "--count", "--pprof", "x.pb.gz"]),
+            "--pprof: writes the stacks of --count --by ustack"
+        );
+        assert_eq!(
+            refused(&["-e", "p t:f", "--count", "--by", "ustack", "--hist", "f.a", "--pprof", "x.pb.gz"]),
+            "--pprof: histograms and timed calls have no stacks to write"
+        );
     }
 }

@@ -11,6 +11,7 @@
 //!   ([`fetch`]), and predicates in the kernel's event-filter grammar, compiled by
 //!   `uprobe-run` into a small program that travels in the run spec and that the runtime runs
 //!   at each hit ([`filter`]);
+//! - [`pprof`]: profiles in pprof's `profile.proto`, encoded and decoded;
 //! - [`sdt`]: USDT markers: the `.note.stapsdt` notes and their argument specs, which
 //!   `uprobe-run` turns into fetchargs and the runtime lists.
 //!
@@ -28,6 +29,7 @@ pub mod filter;
 #[cfg(feature = "lines")]
 pub mod lines;
 pub mod maps;
+pub mod pprof;
 pub mod sdt;
 pub mod spec;
 #[cfg(test)]

@@ -53,6 +53,8 @@ struct Module {
     /// (address, size, name) of each function symbol, by address.
     symbols: Vec<(u64, u64, String)>,
     context: Option<addr2line::Context<Reader>>,
+    /// The module's build ID (empty: none).
+    build_id: Vec<u8>,
 }
 
 /// The modules read so far, most recently used last.
@@ -100,6 +102,11 @@ impl Lines {
         (*size == 0 || addr - start < *size).then(|| (name.clone(), addr - start))
     }
 
+    /// The build ID of the module at `path` (as [`Lines::place`]), empty if it has none.
+    pub fn build_id(&mut self, path: &str, id: u64, read: &mut dyn FnMut(&str) -> Option<Bytes>) -> Vec<u8> {
+        self.module(path, id, read).build_id.clone()
+    }
+
     /// The module at `path`, read now if it is not kept.
     fn module(&mut self, path: &str, id: u64, read: &mut dyn FnMut(&str) -> Option<Bytes>) -> &Module {
         match self.modules.iter().position(|m| m.path == path && m.id == id) {
@@ -129,7 +136,14 @@ impl Module {
 /// The module at `path`, with the line tables and symbols of its own file or of its debug
 /// file.
 fn load(path: &str, id: u64, read: &mut dyn FnMut(&str) -> Option<Bytes>) -> Module {
-    let mut m = Module { path: path.to_string(), id, segments: Vec::new(), symbols: Vec::new(), context: None };
+    let mut m = Module {
+        path: path.to_string(),
+        id,
+        segments: Vec::new(),
+        symbols: Vec::new(),
+        context: None,
+        build_id: Vec::new(),
+    };
     let Some(data) = read(path).filter(|d| (**d).as_ref().len() <= MAX_FILE) else { return m };
     let Ok(obj) = object::File::parse((*data).as_ref()) else { return m };
     m.segments = obj
@@ -140,6 +154,7 @@ fn load(path: &str, id: u64, read: &mut dyn FnMut(&str) -> Option<Bytes>) -> Mod
         })
         .collect();
     m.symbols = symbols(&obj);
+    m.build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec).unwrap_or_default();
     if obj.section_by_name(".debug_line").is_some() {
         m.context = context(&obj);
     }

@@ -109,6 +109,9 @@ pub struct Aggregate {
     /// `flamegraph<TAB>PATH`: the end of the run draws the stacks counted by `ustack` as a
     /// flame graph SVG into PATH.
     pub flamegraph: Option<String>,
+    /// `pprof<TAB>PATH`: the end of the run writes the stacks counted by `ustack` as a
+    /// gzipped pprof profile into PATH.
+    pub pprof: Option<String>,
 }
 
 impl Aggregate {
@@ -226,6 +229,7 @@ pub fn decode(text: &str) -> Result<Spec, SpecError> {
             }
             "cumulative" => spec.aggregate.cumulative = true,
             "flamegraph" => spec.aggregate.flamegraph = Some(value.into()),
+            "pprof" => spec.aggregate.pprof = Some(value.into()),
             "feed" => {
                 let fd = value.parse().ok().filter(|&fd: &i32| fd >= 0);
                 spec.aggregate.feed = Some(fd.ok_or_else(|| SpecError::BadValue(line.into()))?)

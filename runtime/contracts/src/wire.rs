@@ -11,6 +11,16 @@
 /// The longest message either side sends.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
+/// The first byte of a message on a session's output socket that carries a part of a file
+/// `uprobe-run` writes at the end of the session (`--flamegraph`, `--pprof`): then the
+/// file's kind ([`FOLDED`], [`PPROF`]), then its next bytes. The process cannot write these
+/// files itself: it would write them as its own user, in its own file system.
+pub const FILE_PART: u8 = 2;
+/// The folded stacks (`frame;frame count` lines) `uprobe-run` draws the flame graph from.
+pub const FOLDED: u8 = b'f';
+/// The profile (`profile.proto`, not compressed) `uprobe-run` checks, gzips and writes.
+pub const PPROF: u8 = b'p';
+
 /// The messages of a hold (see the runtime's `attach::hold`), which the agent sends and reads
 /// without allocating: one of the held threads may hold the runtime's allocator lock.
 pub const STOP: &str = "stop\0";

@@ -63,7 +63,7 @@ pub fn write(out: &mut String, lines: &[(String, u64)]) {
 /// A frame as a report names it (`symbol+0xoff (module)`, with ` at FILE:LINE` where the
 /// module has line tables, `FILE+0xoff`, or a marker) as a folded frame: the function alone,
 /// where it has a name.
-fn function(frame: &str) -> String {
+pub fn function(frame: &str) -> String {
     let frame = frame.find(") at ").map_or(frame, |i| &frame[..=i]);
     let named = frame.strip_suffix(')').and_then(|f| f.rsplit_once(" (")).map(|(f, _)| f);
     let name = match named {

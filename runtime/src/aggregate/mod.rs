@@ -12,7 +12,7 @@
 //! - [`hit`]: the handlers (the hit path); [`stacks`]: stacks as keys, kept per thread;
 //! - [`merge`]: the blocks added up, and one interval's share;
 //! - [`tables`], [`text`], [`json`]: what a report shows, as text or JSON lines (pure);
-//!   [`folded`]: stacks as folded lines and flame graphs;
+//!   [`folded`]: stacks as folded lines and flame graphs; [`pprof`]: as a pprof profile;
 //! - [`report`]: printing reports: the interval thread, the end of the run (also from a
 //!   fatal signal), the end of an attach session;
 //! - [`feed`]: the whole run's numbers for the metrics uprobe-run serves (`--serve`);
@@ -37,6 +37,7 @@ pub mod key;
 pub mod merge;
 #[allow(unsafe_code)]
 pub mod plan;
+pub mod pprof;
 #[allow(unsafe_code)]
 pub mod report;
 pub mod request;

@@ -339,8 +339,11 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         latencies.push(LatencyPlan { event: i, at: 0 });
     }
     let stacked = plans.iter().flat_map(|p| p.key.iter().flatten()).any(|p| p.key.depth().is_some());
-    if let Some(option) = [(request.folded, "--format folded"), (request.asked.flamegraph.is_some(), "--flamegraph")]
+    let asked = &request.asked;
+    let files = [(asked.flamegraph.is_some(), "--flamegraph"), (asked.pprof.is_some(), "--pprof")];
+    if let Some(option) = [(request.folded, "--format folded")]
         .into_iter()
+        .chain(files)
         .find_map(|(asked, option)| (asked && !stacked).then_some(option))
     {
         return Err(PlanError::NoStack { option });

@@ -23,7 +23,7 @@ use crate::aggregate::hit::{EPOCH, NS_PER_TICK};
 use crate::aggregate::merge::{self, Snapshot};
 use crate::aggregate::plan::{self, Plans};
 use crate::aggregate::tables::{self, EventView, Frame, Interval, Left, Names};
-use crate::aggregate::{folded, json, text};
+use crate::aggregate::{folded, json, pprof, text};
 use crate::base::abi::Uretprobe;
 use crate::base::lock::{Mutex, MutexGuard};
 use crate::base::{maps, output, sys};
@@ -33,6 +33,7 @@ use crate::trace::events::{self, Probe};
 use crate::trace::format::Symbols;
 use crate::trace::names::{demangle, without_parameters};
 use uprobe_contracts::lines::{Bytes, Lines};
+use uprobe_contracts::wire;
 
 /// How many modules' line tables reports keep at a time.
 const LINE_MODULES: usize = 16;
@@ -279,10 +280,24 @@ fn report(end: bool) {
         out.push_str(names.r.title.as_deref().unwrap_or(""));
         text::write(&mut out, plans, &labelled, &shown, &frame, &left, &mut names);
     }
+    // In an attach session, uprobe-run writes the files, as the user who asked for them.
     if let Some(path) = plans.request.asked.flamegraph.as_deref().filter(|_| end) {
         let (lines, _) = folded::lines(plans, &labelled, &now, &mut names);
         let title = format!("uprobe-run: {} (pid {})", plans.by.as_ref().map_or("", |b| b.name.as_str()), frame.pid);
-        if let Err(line) = folded::svg(path, &title, &lines) {
+        if output::in_session() {
+            let mut text = String::new();
+            folded::write(&mut text, &lines);
+            output::send_file(wire::FOLDED, text.as_bytes());
+        } else if let Err(line) = folded::svg(path, &title, &lines) {
+            output::message(format_args!("{line}"));
+        }
+    }
+    if let Some(path) = plans.request.asked.pprof.as_deref().filter(|_| end) {
+        let mut profile = pprof::profile(plans, &labelled, &now, &mut names);
+        profile.duration_nanos = (now_ns - names.r.start_ns) as i64;
+        if output::in_session() {
+            output::send_file(wire::PPROF, &profile.encode());
+        } else if let Err(line) = pprof::write(path, &profile) {
             output::message(format_args!("{line}"));
         }
     }
@@ -480,6 +495,17 @@ impl Names for Known<'_> {
         self.in_module(addr - u64::from(caller), |lines, path, inode, offset, read| {
             lines.place(path, inode, offset, read).map(|p| p.to_string())
         })
+    }
+
+    fn module(&mut self, addr: u64) -> Option<pprof::Module> {
+        let maps = self.maps.get_or_insert_with(maps::current);
+        let m = maps::find(maps, addr as usize).filter(|m| m.is_file())?;
+        let mut module =
+            pprof::Module { start: m.start, end: m.end, offset: m.offset, path: m.path.clone(), ..Default::default() };
+        module.build_id = self
+            .in_module(addr, |lines, path, inode, _, read| Some(lines.build_id(path, inode, read)))
+            .map_or_else(String::new, |id| pprof::hex(&id));
+        Some(module)
     }
 
     fn function(&mut self, event: usize) -> String {

@@ -31,11 +31,27 @@ pub trait Names: Symbols {
     fn place(&mut self, _addr: u64, _caller: bool) -> Option<String> {
         None
     }
+    /// The module file mapped at `addr`, for a profile's mappings.
+    fn module(&mut self, _addr: u64) -> Option<Module> {
+        None
+    }
     /// Whether event `event` was skipped (`--lenient`: its probe could not be placed):
     /// reports show it as skipped, never as a count.
     fn skipped(&mut self, _event: usize) -> bool {
         false
     }
+}
+
+/// A module mapped at an address, as a pprof profile's mappings describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Module {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub path: String,
+    /// In hex; empty if unknown.
+    pub build_id: String,
 }
 
 /// An event as reports name it.
@@ -276,8 +292,8 @@ fn show_key(
     (cells, json)
 }
 
-/// One part of a key as text and as JSON.
-fn show_part(
+/// One part of a key as text and as JSON (reports, and a profile's labels).
+pub fn show_part(
     key: Key,
     words: &[u64],
     args: &[FetchArg],

@@ -84,6 +84,29 @@ fn send_all(fd: i32, bytes: &[u8]) -> Result<(), (sys::Errno, usize)> {
     Ok(())
 }
 
+/// Whether the output is an attach session's socket.
+pub fn in_session() -> bool {
+    SOCKET.load(Ordering::Relaxed)
+}
+
+/// Sends `bytes` as a file of kind `kind` for `uprobe-run` to write (attach: see
+/// `uprobe_contracts::wire::FILE_PART`), in messages it reads whole, each marked; at least
+/// one, so that an empty file arrives too. Counted as a lost report if the socket fails.
+pub fn send_file(kind: u8, bytes: &[u8]) {
+    use uprobe_contracts::wire::FILE_PART;
+    let fd = FD.load(Ordering::Relaxed);
+    let mut message = Vec::with_capacity(SESSION_MESSAGE);
+    for chunk in bytes.chunks(SESSION_MESSAGE - 2).chain(bytes.is_empty().then_some(&[][..])) {
+        message.clear();
+        message.extend_from_slice(&[FILE_PART, kind]);
+        message.extend_from_slice(chunk);
+        if let Err(e) = socket::send_nosignal(fd, &message) {
+            note_failure(e, 0, Lost::Report);
+            return;
+        }
+    }
+}
+
 /// Remembers a write of the output that failed after `written` bytes (signal-safe).
 pub fn note_failure(errno: i32, written: usize, lost: Lost) {
     let _ = FAILED.compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Relaxed);

@@ -87,6 +87,9 @@ pub fn encode(spec: &Spec) -> Result<String, SpecError> {
     if let Some(path) = &a.flamegraph {
         record("flamegraph", path)?;
     }
+    if let Some(path) = &a.pprof {
+        record("pprof", path)?;
+    }
     if let Some(fd) = a.feed {
         if fd < 0 {
             return Err(SpecError::Unencodable { key: "feed", value: fd.to_string() });

@@ -50,6 +50,7 @@ fn spec(rng: &mut Rng) -> Spec {
             cumulative: rng.chance(2),
             feed: some(rng, |r| (r.number() % (i32::MAX as u64 + 1)) as i32),
             flamegraph: some(rng, value),
+            pprof: some(rng, value),
         },
     }
 }
@@ -112,6 +113,7 @@ fn any_records_decode_or_are_refused_without_panic() {
         "cumulative",
         "feed",
         "flamegraph",
+        "pprof",
         "end",
         "",
         "x",
