@@ -24,6 +24,12 @@ pub fn profile(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut
     let has_stack = |e: &usize| plans.events[*e].key.iter().flatten().any(|k| k.key.depth().is_some());
     let stacked: Vec<usize> = (0..plans.events.len()).filter(has_stack).collect();
     let part_names = plans.by.as_ref().map_or(&[][..], |b| b.parts.as_slice());
+    // pprof names a profile after its first mapping: the program's goes first (the module
+    // that holds the program's entry point), then the others as frames find them.
+    let entry = crate::base::sys::auxv(libc::AT_ENTRY).unwrap_or(0);
+    if let Some(m) = names.module(entry).filter(|_| entry != 0) {
+        add_mapping(&mut p, m);
+    }
     let mut locations: BTreeMap<(u64, bool), u64> = BTreeMap::new();
     for &event in &stacked {
         let parts = plans.events[event].key.as_deref().unwrap_or_default();
@@ -77,15 +83,7 @@ fn location(p: &mut Profile, addr: u64, caller: bool, names: &mut dyn Names) -> 
         .unwrap_or_default();
     let mapping = match names.module(addr - u64::from(caller)) {
         Some(m) => {
-            let id = p.mapping(Mapping {
-                start: m.start,
-                limit: m.end,
-                offset: m.offset,
-                file: m.path,
-                build_id: m.build_id,
-                has_functions: true,
-                ..Mapping::default()
-            });
+            let id = add_mapping(p, m);
             let kept = &mut p.mappings[id as usize - 1];
             kept.has_filenames |= !file.is_empty();
             kept.has_line_numbers |= line != 0;
@@ -95,6 +93,19 @@ fn location(p: &mut Profile, addr: u64, caller: bool, names: &mut dyn Names) -> 
     };
     let function = p.function(&name, &file);
     p.location(Location { mapping, address: addr, lines: vec![Line { function, line }] })
+}
+
+/// The id of module `m`'s mapping in `p`, added if it is new.
+fn add_mapping(p: &mut Profile, m: Module) -> u64 {
+    p.mapping(Mapping {
+        start: m.start,
+        limit: m.end,
+        offset: m.offset,
+        file: m.path,
+        build_id: m.build_id,
+        has_functions: true,
+        ..Mapping::default()
+    })
 }
 
 /// `profile` encoded and gzipped, written to `path`; the error to tell otherwise.
