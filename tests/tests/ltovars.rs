@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
-use uprobe_tests::{gcc, run_plain, run_uprobe, tracefs, uprobe_run, Run};
+use uprobe_tests::{gcc, run_plain, run_uprobe, tempfile, tracefs, uprobe_run, Run};
 
 /// The kernel's uprobes that perf places are in the file, for every process that runs it:
 /// the tests of this file run one at a time.
@@ -214,4 +214,56 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     assert_eq!(records(&ours, &entry), traced(&trace, &entry), "{trace}");
     assert_eq!(records(&ours, &inlined), traced(&trace, &inlined), "{trace}");
     assert_eq!(records(&ours, &line), traced(&trace, &line), "{trace}");
+}
+
+const PYTHON: &str = "/usr/bin/python3.11";
+
+/// Whether Debian's python3.11 and its debug file are installed (`--vars` finds its DWARF).
+fn python_debug() -> bool {
+    let out = Command::new(uprobe_run()).args(["--vars", "list_append", PYTHON]).output().unwrap();
+    if !out.status.success() {
+        eprintln!("skipped: {PYTHON} with its debug file: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    out.status.success()
+}
+
+/// A short script that appends to lists.
+fn script() -> PathBuf {
+    let path = tempfile("lto.py");
+    std::fs::write(&path, "a = []\nfor i in range(3):\n    a.append(i)\na.append('x')\nprint(len(a))\n").unwrap();
+    path
+}
+
+/// python3.11 is built with link-time optimization: `list_append` (static in listobject.c)
+/// is `list_append.lto_priv.0` in its symbols, which the stripped program does not have; it
+/// is placed at its file offset and named as perf probe names it.
+#[test]
+fn python_list_append_as_perf_probe_reads_it() {
+    let _one = one();
+    if !python_debug() {
+        return;
+    }
+    let listed = Command::new(uprobe_run()).args(["--vars", "list_append", PYTHON]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        "Available variables at list_append\n\t@<list_append+0>\n\t\tPyListObject*\tself\t%di:x64\n\
+         \t\tPyObject*\tobject\t%si:x64\n"
+    );
+    let args = "size=self->ob_base.ob_size tp=object->ob_type->tp_name:string refs=object->ob_refcnt";
+    let script = script();
+    let ours = run_uprobe(&["-e", &format!("p list_append {args}"), PYTHON, s(&script)]);
+    assert!(ours.status.success(), "{}", ours.stderr);
+    assert_eq!(ours.stdout, "4\n");
+    let mine = records(&ours, "list_append");
+    // The script's own appends, last: to a list of 0, 1, 2 items, then 3.
+    let tail: Vec<&str> = mine.iter().rev().take(4).rev().map(|r| r.split(" refs=").next().unwrap()).collect();
+    assert_eq!(tail, [r#"size=0 tp="int""#, r#"size=1 tp="int""#, r#"size=2 tp="int""#, r#"size=3 tp="str""#]);
+    let event = format!("pyla{}", std::process::id());
+    let Some(trace) = with_perf(PYTHON, "probe_python3", &[(event.clone(), format!("list_append {args}"))], || {
+        assert!(run_plain(Path::new(PYTHON), &[s(&script)]).status.success());
+    }) else {
+        return;
+    };
+    let _ = std::fs::remove_file(&script);
+    assert_eq!(mine, traced(&trace, &event), "{trace}");
 }

@@ -14,12 +14,12 @@ mod location;
 mod types;
 mod units;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use gimli::{EndianSlice, LittleEndian, Operation, UnitOffset, UnwindSection};
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol};
 use uprobe_contracts::def::{self, Kind, Place};
 
 use crate::base::elf::Segments;
@@ -41,6 +41,9 @@ pub struct Module {
     eh_frame: Option<(u64, Vec<u8>)>,
     /// Where its loadable segments lie, for file offsets.
     segments: Segments,
+    /// The names of the functions its own symbol tables define, where a probe is placed by
+    /// name (a stripped program has only its exported ones).
+    symbols: HashSet<String>,
 }
 
 impl Module {
@@ -49,6 +52,12 @@ impl Module {
         let data = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
         let segments = Segments::of(&file);
+        let symbols = file
+            .dynamic_symbols()
+            .chain(file.symbols())
+            .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|s| Some((s.address(), s.data().ok()?.to_vec())));
         let (debug_path, sections) = match file.section_by_name(".debug_info") {
             Some(_) => (path.to_path_buf(), sections_of(&file)?),
@@ -64,7 +73,7 @@ impl Module {
                 (debug.clone(), sections_of(&dfile)?)
             }
         };
-        Ok(Module { debug_path, sections, eh_frame, segments })
+        Ok(Module { debug_path, sections, eh_frame, segments, symbols })
     }
 
     fn dwarf(&self) -> gimli::Dwarf<R<'_>> {
@@ -475,10 +484,38 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
         let m = &loaded[&file];
         let f = m.function(name, *offset).map_err(&refuse)?;
         let args = fetchargs(text, &f, &f.name, probe.kind == Kind::Return).map_err(&refuse)?;
-        let line = with_args(text, &format!("{head} {place}"), &args);
+        let line = with_args(text, &placed(m, &file, &probe, head, place, &f, *offset).map_err(&refuse)?, &args);
         out.push(line);
     }
     Ok(out)
+}
+
+/// `HEAD WHERE` of a function found in the DWARF: as written where the module's symbols name
+/// it, else its file offset, named as the function (a static function of a stripped program,
+/// or one whose symbol link-time optimization renamed, `list_append.lto_priv.0`).
+fn placed(
+    m: &Module,
+    file: &Path,
+    probe: &def::Definition,
+    head: &str,
+    place: &str,
+    f: &Function,
+    offset: u64,
+) -> Result<String, String> {
+    if m.symbols.contains(&f.name) {
+        return Ok(format!("{head} {place}"));
+    }
+    let at = m.offset_of(f.entry + offset).ok_or_else(|| format!("{} lies outside the file's segments", f.name))?;
+    let shown = file.display().to_string();
+    if shown.contains(char::is_whitespace) {
+        return Err(format!("{shown}: a path with blanks cannot be written in a definition"));
+    }
+    let head = match (&probe.event, head.ends_with('/')) {
+        (Some(_), _) => head.to_string(),
+        (None, true) => format!("{head}{}", probe.default_name(None)),
+        (None, false) => format!("{head}:{}", probe.default_name(None)),
+    };
+    Ok(format!("{head} {shown}:{at:#x}"))
 }
 
 /// The fetchargs of a definition's words after WHERE: each DWARF name translated with the
