@@ -6,9 +6,9 @@
 
 use std::cell::OnceCell;
 
-use gimli::{AttributeValue, UnitOffset};
+use gimli::{AttributeValue, EndianSlice, LittleEndian, UnitOffset};
 
-use super::R;
+type R<'a> = EndianSlice<'a, LittleEndian>;
 
 pub type Unit<'a> = gimli::Unit<R<'a>>;
 
