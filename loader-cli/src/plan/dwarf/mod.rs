@@ -204,10 +204,11 @@ impl Module {
         let mut tree = unit.entries_tree(Some(at)).map_err(|e| e.to_string())?;
         collect(units, unit, tree.root().map_err(|e| e.to_string())?, pc, &mut vars)?;
         let mut types = Table::read(dwarf, unit);
-        // A link-time optimized function's variables, and their types' parts, may be typed
-        // in the units it was compiled from: those are read too.
+        // A link-time optimized function's variables, its return type, and their types'
+        // parts may be typed in the units it was compiled from: those are read too.
         let mut read = vec![unit.header.offset()];
         let mut wanted: Vec<UnitOffset> = vars.iter().filter_map(|v| v.2).collect();
+        wanted.extend(type_of(units, unit, at));
         while !wanted.is_empty() {
             for at in std::mem::take(&mut wanted) {
                 let Some((u, _)) = units.holding(at.0).filter(|_| !types.has(at)) else { continue };
