@@ -12,13 +12,14 @@
 mod access;
 mod location;
 mod types;
+mod units;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use gimli::{EndianSlice, LittleEndian, Operation, UnitOffset, UnwindSection};
-use object::{Object, ObjectSection};
+use object::{Object, ObjectSection, ObjectSymbol};
 use uprobe_contracts::def::{self, Kind, Place};
 
 use crate::base::elf::Segments;
@@ -27,6 +28,7 @@ use crate::plan::debugfile;
 pub use access::Variable;
 pub use location::Loc;
 use types::Table;
+use units::{global, Unit, Units};
 
 type R<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -39,6 +41,9 @@ pub struct Module {
     eh_frame: Option<(u64, Vec<u8>)>,
     /// Where its loadable segments lie, for file offsets.
     segments: Segments,
+    /// The names of the functions its own symbol tables define, where a probe is placed by
+    /// name (a stripped program has only its exported ones).
+    symbols: HashSet<String>,
 }
 
 impl Module {
@@ -47,6 +52,12 @@ impl Module {
         let data = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
         let segments = Segments::of(&file);
+        let symbols = file
+            .dynamic_symbols()
+            .chain(file.symbols())
+            .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|s| Some((s.address(), s.data().ok()?.to_vec())));
         let (debug_path, sections) = match file.section_by_name(".debug_info") {
             Some(_) => (path.to_path_buf(), sections_of(&file)?),
@@ -62,7 +73,7 @@ impl Module {
                 (debug.clone(), sections_of(&dfile)?)
             }
         };
-        Ok(Module { debug_path, sections, eh_frame, segments })
+        Ok(Module { debug_path, sections, eh_frame, segments, symbols })
     }
 
     fn dwarf(&self) -> gimli::Dwarf<R<'_>> {
@@ -70,6 +81,10 @@ impl Module {
             Ok(EndianSlice::new(self.sections.get(&id).map_or(&[][..], |v| &v[..]), LittleEndian))
         };
         gimli::Dwarf::load(load).expect("loading from memory cannot fail")
+    }
+
+    fn units(&self) -> Result<Units<'_>, String> {
+        Units::new(self.dwarf())
     }
 
     /// The file offset of link-time address `vaddr`.
@@ -95,15 +110,13 @@ impl Module {
 
     /// The names of the functions with code in this module (for a refusal).
     fn function_names(&self) -> Vec<String> {
-        let dwarf = self.dwarf();
+        let Ok(units) = self.units() else { return Vec::new() };
         let mut out = Vec::new();
-        let mut units = dwarf.units();
-        while let Ok(Some(header)) = units.next() {
-            let Ok(unit) = dwarf.unit(header) else { continue };
+        for unit in units.iter() {
             let mut entries = unit.entries();
             while let Ok(Some((_, e))) = entries.next_dfs() {
-                if e.tag() == gimli::DW_TAG_subprogram && entry_pc(&dwarf, &unit, e).is_some() {
-                    if let Some(n) = name(&dwarf, &unit, e) {
+                if e.tag() == gimli::DW_TAG_subprogram && entry_pc(&units.dwarf, unit, e).is_some() {
+                    if let Some(n) = name(&units, unit, e) {
                         out.push(n);
                     }
                 }
@@ -116,23 +129,16 @@ impl Module {
 
     /// The function named `func`, with the variables available `offset` bytes into it.
     pub fn function(&self, func: &str, offset: u64) -> Result<Function, String> {
-        let dwarf = self.dwarf();
-        let mut units = dwarf.units();
-        let mut elsewhere = false;
-        while let Some(header) = units.next().map_err(|e| e.to_string())? {
-            let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
+        let units = self.units()?;
+        for unit in units.iter() {
             let mut entries = unit.entries();
             while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
-                if e.tag() != gimli::DW_TAG_subprogram || name(&dwarf, &unit, e).as_deref() != Some(func) {
-                    elsewhere |= e.tag() == gimli::DW_TAG_subprogram && cross_unit(e);
+                if e.tag() != gimli::DW_TAG_subprogram || name(&units, unit, e).as_deref() != Some(func) {
                     continue;
                 }
-                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
-                return self.function_at(&dwarf, &unit, e.offset(), func, entry, entry + offset);
+                let Some(entry) = entry_pc(&units.dwarf, unit, e) else { continue };
+                return self.function_at(&units, unit, e.offset(), func, entry, entry + offset);
             }
-        }
-        if elsewhere {
-            return Err(format!("no function {func} found: {CROSS_UNIT}"));
         }
         let names = self.function_names();
         Err(format!(
@@ -145,27 +151,22 @@ impl Module {
     /// The variables available at link-time address `pc` of this module, in the function
     /// whose code covers it (for line places and `--vars FUNC:LINE`).
     pub fn variables_at(&self, pc: u64) -> Result<Function, String> {
-        let dwarf = self.dwarf();
-        let mut units = dwarf.units();
-        while let Some(header) = units.next().map_err(|e| e.to_string())? {
-            let unit = dwarf.unit(header).map_err(|e| e.to_string())?;
+        let units = self.units()?;
+        for unit in units.iter() {
             let mut entries = unit.entries();
             while let Some((_, e)) = entries.next_dfs().map_err(|e| e.to_string())? {
                 if e.tag() != gimli::DW_TAG_subprogram {
                     continue;
                 }
-                let Some(entry) = entry_pc(&dwarf, &unit, e) else { continue };
-                let mut ranges = dwarf.die_ranges(&unit, e).map_err(|e| e.to_string())?;
+                let Some(entry) = entry_pc(&units.dwarf, unit, e) else { continue };
+                let mut ranges = units.dwarf.die_ranges(unit, e).map_err(|e| e.to_string())?;
                 let mut inside = false;
                 while let Ok(Some(r)) = ranges.next() {
                     inside |= r.begin <= pc && pc < r.end;
                 }
                 if inside {
-                    if cross_unit(e) {
-                        return Err(CROSS_UNIT.into());
-                    }
-                    let func = name(&dwarf, &unit, e).unwrap_or_default();
-                    return self.function_at(&dwarf, &unit, e.offset(), &func, entry, pc);
+                    let func = name(&units, unit, e).unwrap_or_default();
+                    return self.function_at(&units, unit, e.offset(), &func, entry, pc);
                 }
             }
         }
@@ -174,13 +175,14 @@ impl Module {
 
     fn function_at<'a>(
         &self,
-        dwarf: &gimli::Dwarf<R<'a>>,
-        unit: &gimli::Unit<R<'a>>,
+        units: &Units<'a>,
+        unit: &Unit<'a>,
         at: UnitOffset,
         func: &str,
         entry: u64,
         pc: u64,
     ) -> Result<Function, String> {
+        let dwarf = &units.dwarf;
         let die = unit.entry(at).map_err(|e| e.to_string())?;
         let frame_ops = match die.attr_value(gimli::DW_AT_frame_base).ok().flatten() {
             Some(gimli::AttributeValue::Exprloc(e)) => ops(&e, unit.encoding()),
@@ -200,8 +202,23 @@ impl Module {
         let file_offset = |a: u64| self.offset_of(a);
         let mut vars = Vec::new();
         let mut tree = unit.entries_tree(Some(at)).map_err(|e| e.to_string())?;
-        collect(dwarf, unit, tree.root().map_err(|e| e.to_string())?, pc, &mut vars)?;
-        let types = Table::read(dwarf, unit);
+        collect(units, unit, tree.root().map_err(|e| e.to_string())?, pc, &mut vars)?;
+        let mut types = Table::read(dwarf, unit);
+        // A link-time optimized function's variables, its return type, and their types'
+        // parts may be typed in the units it was compiled from: those are read too.
+        let mut read = vec![unit.header.offset()];
+        let mut wanted: Vec<UnitOffset> = vars.iter().filter_map(|v| v.2).collect();
+        wanted.extend(type_of(units, unit, at));
+        while !wanted.is_empty() {
+            for at in std::mem::take(&mut wanted) {
+                let Some((u, _)) = units.holding(at.0).filter(|_| !types.has(at)) else { continue };
+                if !read.contains(&u.header.offset()) {
+                    read.push(u.header.offset());
+                    types.add(dwarf, u);
+                    wanted = types.missing();
+                }
+            }
+        }
         let variables = vars
             .into_iter()
             .map(|(name, param, ty, attr, konst)| {
@@ -300,48 +317,48 @@ fn entry_pc(
     ranges.next().ok().flatten().map(|r| r.begin)
 }
 
-const CROSS_UNIT: &str = "the function's DWARF takes names and types from other compilation units (a link-time optimized build), which this version does not follow";
-
-/// Whether a DIE takes its name and type from a DIE of another unit (`DW_FORM_ref_addr`, as
-/// link-time optimization writes them): read in this unit, that offset would be another DIE.
-fn cross_unit(e: &gimli::DebuggingInformationEntry<R<'_>>) -> bool {
-    [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
-        .iter()
-        .any(|&at| matches!(e.attr_value(at), Ok(Some(gimli::AttributeValue::DebugInfoRef(_)))))
-}
-
-fn abstract_origin(e: &gimli::DebuggingInformationEntry<R<'_>>) -> Option<UnitOffset> {
+/// The DIE a DIE takes its name and type from (its abstract origin or specification), in
+/// whichever unit holds it: link-time optimization refers to the units compiled from.
+fn abstract_origin<'s, 'a>(
+    units: &'s Units<'a>,
+    unit: &'s Unit<'a>,
+    e: &gimli::DebuggingInformationEntry<R<'a>>,
+) -> Option<(&'s Unit<'a>, UnitOffset)> {
     for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
-        if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(at) {
-            return Some(o);
+        if let Ok(Some(v)) = e.attr_value(at) {
+            return units.die(unit, v);
         }
     }
     None
 }
 
 /// A DIE's name, its own or its abstract origin's.
-fn name(
-    dwarf: &gimli::Dwarf<R<'_>>,
-    unit: &gimli::Unit<R<'_>>,
-    e: &gimli::DebuggingInformationEntry<R<'_>>,
-) -> Option<String> {
-    let mut e = e.clone();
+fn name<'a>(units: &Units<'a>, unit: &Unit<'a>, e: &gimli::DebuggingInformationEntry<R<'a>>) -> Option<String> {
+    let text = |unit: &Unit<'a>, v| units.dwarf.attr_string(unit, v).ok().map(|s| s.to_string_lossy().into_owned());
+    if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_name) {
+        return text(unit, v);
+    }
+    let (mut unit, mut at) = abstract_origin(units, unit, e)?;
     for _ in 0..4 {
+        let e = unit.entry(at).ok()?;
         if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_name) {
-            return dwarf.attr_string(unit, v).ok().map(|s| s.to_string_lossy().into_owned());
+            return text(unit, v);
         }
-        e = unit.entry(abstract_origin(&e)?).ok()?;
+        (unit, at) = abstract_origin(units, unit, &e)?;
     }
     None
 }
 
-fn type_of(unit: &gimli::Unit<R<'_>>, at: UnitOffset) -> Option<UnitOffset> {
-    let mut e = unit.entry(at).ok()?;
+/// The type of the DIE at `at`, its own or its abstract origin's, by its `.debug_info` offset.
+fn type_of<'a>(units: &Units<'a>, unit: &Unit<'a>, at: UnitOffset) -> Option<UnitOffset> {
+    let (mut unit, mut at) = (unit, at);
     for _ in 0..4 {
-        if let Ok(Some(gimli::AttributeValue::UnitRef(o))) = e.attr_value(gimli::DW_AT_type) {
-            return Some(o);
+        let e = unit.entry(at).ok()?;
+        if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_type) {
+            let (u, o) = units.die(unit, v)?;
+            return Some(global(u, o));
         }
-        e = unit.entry(abstract_origin(&e)?).ok()?;
+        (unit, at) = abstract_origin(units, unit, &e)?;
     }
     None
 }
@@ -352,8 +369,8 @@ type Found<'a> = (String, bool, Option<UnitOffset>, Option<gimli::AttributeValue
 /// blocks and the inlined calls that cover it (as `perf probe` walks them), so an inner
 /// variable that shadows an outer one comes after it.
 fn collect<'a>(
-    dwarf: &gimli::Dwarf<R<'a>>,
-    unit: &gimli::Unit<R<'a>>,
+    units: &Units<'a>,
+    unit: &Unit<'a>,
     node: gimli::EntriesTreeNode<'_, '_, '_, R<'a>>,
     pc: u64,
     out: &mut Vec<Found<'a>>,
@@ -363,11 +380,8 @@ fn collect<'a>(
         let e = child.entry();
         match e.tag() {
             gimli::DW_TAG_formal_parameter | gimli::DW_TAG_variable => {
-                if cross_unit(e) {
-                    return Err(CROSS_UNIT.into());
-                }
-                let Some(n) = name(dwarf, unit, e) else { continue };
-                let ty = type_of(unit, e.offset());
+                let Some(n) = name(units, unit, e) else { continue };
+                let ty = type_of(units, unit, e.offset());
                 let loc = e.attr_value(gimli::DW_AT_location).ok().flatten();
                 let konst = match e.attr_value(gimli::DW_AT_const_value).ok().flatten() {
                     Some(gimli::AttributeValue::Sdata(v)) => Some(v as u64),
@@ -377,13 +391,13 @@ fn collect<'a>(
                 out.push((n, e.tag() == gimli::DW_TAG_formal_parameter, ty, loc, konst));
             }
             gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => {
-                let mut ranges = dwarf.die_ranges(unit, e).map_err(|e| e.to_string())?;
+                let mut ranges = units.dwarf.die_ranges(unit, e).map_err(|e| e.to_string())?;
                 let mut inside = false;
                 while let Ok(Some(r)) = ranges.next() {
                     inside |= r.begin <= pc && pc < r.end;
                 }
                 if inside {
-                    collect(dwarf, unit, child, pc, out)?;
+                    collect(units, unit, child, pc, out)?;
                 }
             }
             _ => {}
@@ -471,10 +485,38 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
         let m = &loaded[&file];
         let f = m.function(name, *offset).map_err(&refuse)?;
         let args = fetchargs(text, &f, &f.name, probe.kind == Kind::Return).map_err(&refuse)?;
-        let line = with_args(text, &format!("{head} {place}"), &args);
+        let line = with_args(text, &placed(m, &file, &probe, head, place, &f, *offset).map_err(&refuse)?, &args);
         out.push(line);
     }
     Ok(out)
+}
+
+/// `HEAD WHERE` of a function found in the DWARF: as written where the module's symbols name
+/// it, else its file offset, named as the function (a static function of a stripped program,
+/// or one whose symbol link-time optimization renamed, `list_append.lto_priv.0`).
+fn placed(
+    m: &Module,
+    file: &Path,
+    probe: &def::Definition,
+    head: &str,
+    place: &str,
+    f: &Function,
+    offset: u64,
+) -> Result<String, String> {
+    if m.symbols.contains(&f.name) {
+        return Ok(format!("{head} {place}"));
+    }
+    let at = m.offset_of(f.entry + offset).ok_or_else(|| format!("{} lies outside the file's segments", f.name))?;
+    let shown = file.display().to_string();
+    if shown.contains(char::is_whitespace) {
+        return Err(format!("{shown}: a path with blanks cannot be written in a definition"));
+    }
+    let head = match (&probe.event, head.ends_with('/')) {
+        (Some(_), _) => head.to_string(),
+        (None, true) => format!("{head}{}", probe.default_name(None)),
+        (None, false) => format!("{head}:{}", probe.default_name(None)),
+    };
+    Ok(format!("{head} {shown}:{at:#x}"))
 }
 
 /// The fetchargs of a definition's words after WHERE: each DWARF name translated with the

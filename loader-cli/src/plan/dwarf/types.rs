@@ -1,9 +1,15 @@
 //! The C types of a compilation unit, read once from its DWARF into owned values, so the
 //! translation of a variable's accesses (`b->arr[2]`, `p.in.s`) works on plain data.
+//!
+//! A type is known by its offset in `.debug_info`, so one table holds the types of several
+//! units: a link-time optimized function takes its variables' types from the units it was
+//! compiled from.
 
 use std::collections::HashMap;
 
 use gimli::{AttributeValue, EndianSlice, LittleEndian, UnitOffset};
+
+use super::units::global;
 
 type R<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -72,9 +78,11 @@ fn udata(v: Option<AttributeValue<R<'_>>>) -> Option<u64> {
     }
 }
 
-fn unit_ref(v: Option<AttributeValue<R<'_>>>) -> Option<UnitOffset> {
+/// The `.debug_info` offset of the DIE a reference read in `unit` names.
+fn unit_ref(unit: &gimli::Unit<R<'_>>, v: Option<AttributeValue<R<'_>>>) -> Option<UnitOffset> {
     match v? {
-        AttributeValue::UnitRef(o) => Some(o),
+        AttributeValue::UnitRef(o) => Some(global(unit, o)),
+        AttributeValue::DebugInfoRef(o) => Some(UnitOffset(o.0)),
         _ => None,
     }
 }
@@ -83,14 +91,35 @@ impl Table {
     /// Reads every type of `unit`.
     pub fn read(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>) -> Table {
         let mut t = Table::default();
-        let mut tree = match unit.entries_tree(None) {
-            Ok(t) => t,
-            Err(_) => return t,
-        };
-        if let Ok(root) = tree.root() {
-            t.walk(dwarf, unit, root);
-        }
+        t.add(dwarf, unit);
         t
+    }
+
+    /// Reads every type of `unit` into the table.
+    pub fn add(&mut self, dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>) {
+        let Ok(mut tree) = unit.entries_tree(None) else { return };
+        if let Ok(root) = tree.root() {
+            self.walk(dwarf, unit, root);
+        }
+    }
+
+    /// Whether the type at `off` has been read.
+    pub fn has(&self, off: UnitOffset) -> bool {
+        self.tys.contains_key(&off)
+    }
+
+    /// The types that the types read name and that are not read (in other units).
+    pub fn missing(&self) -> Vec<UnitOffset> {
+        let mut out = Vec::new();
+        for t in self.tys.values() {
+            match t {
+                Ty::Pointer { to } | Ty::Alias { to } | Ty::Array { elem: to, .. } => out.extend(*to),
+                Ty::Struct { members, .. } => out.extend(members.iter().filter_map(|m| m.ty)),
+                _ => {}
+            }
+        }
+        out.retain(|o| !self.tys.contains_key(o));
+        out
     }
 
     fn walk(
@@ -105,8 +134,8 @@ impl Table {
             .and_then(|v| dwarf.attr_string(unit, v).ok())
             .map(|s| s.to_string_lossy().into_owned());
         let size = udata(at(gimli::DW_AT_byte_size));
-        let to = unit_ref(at(gimli::DW_AT_type));
-        let off = e.offset();
+        let to = unit_ref(unit, at(gimli::DW_AT_type));
+        let off = global(unit, e.offset());
         let mut members = Vec::new();
         let mut values = Vec::new();
         let mut count = None;
@@ -131,7 +160,7 @@ impl Table {
                     members.push(Member {
                         name: cname.unwrap_or_default(),
                         offset,
-                        ty: unit_ref(cat(gimli::DW_AT_type)),
+                        ty: unit_ref(unit, cat(gimli::DW_AT_type)),
                         bits,
                     });
                 }
