@@ -89,6 +89,46 @@ fn floats_and_doubles_come_from_the_vector_registers() {
 }
 
 #[test]
+fn retval_takes_the_functions_return_type() {
+    let prog = prog();
+    let run = run_uprobe(&[
+        "-e",
+        "r parse $retval",
+        "-e",
+        "p:d/cn color_name%return $retval",
+        "-e",
+        "r classify c=$retval",
+        "-e",
+        "r is_blue $retval",
+        "-e",
+        "r scale $retval",
+        "-e",
+        "r halve h=$retval",
+        "-e",
+        "r sum $retval",
+        "-e",
+        "r:d/hex parse $retval:x64",
+        s(&prog),
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout, "r=103\n");
+    assert_eq!(records(&run, "parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
+    assert_eq!(records(&run, "cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
+    assert_eq!(records(&run, "classify__return"), ["c=5", "c=0", "c=6", "c=0"]);
+    assert_eq!(records(&run, "is_blue__return"), ["arg1=0", "arg1=0", "arg1=1", "arg1=0"]);
+    assert_eq!(records(&run, "scale__return"), ["arg1=6", "arg1=-1.125"]);
+    assert_eq!(records(&run, "halve__return"), ["h=2.5"]);
+    assert_eq!(records(&run, "sum__return"), ["arg1=168"]);
+    // A type written by hand is kept (the int is in %eax: the upper half is zero).
+    assert_eq!(records(&run, "hex")[0], "arg1=0xffffffee");
+    // Without DWARF, $retval stays the kernel's x64.
+    let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
+    let run = run_uprobe(&["-e", "r parse $retval", s(&nodebug)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(records(&run, "parse__return")[0], "arg1=0xffffffee");
+}
+
+#[test]
 fn params_and_vars_expand_and_json_has_null_for_optimized_out() {
     let prog = prog();
     let run = run_uprobe(&["--format", "json", "-e", "p:d/p parse $params", "-e", "p:d/v sum $vars", s(&prog)]);
@@ -145,7 +185,7 @@ fn vars_lists_what_is_available_at_the_entry() {
 fn bad_names_are_refused_with_what_exists() {
     let prog = prog();
     let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
-    let cases: [(&str, &str); 8] = [
+    let cases: [(&str, &str); 10] = [
         ("p parse lenx", "no variable lenx at parse (it has: b, len, flags, name, acc)"),
         ("p parse b->nope", "no field nope in struct buf (it has: len, data, arr, in, col, ok, d)"),
         ("p parse b.len", "b is a pointer: use '->'"),
@@ -154,6 +194,8 @@ fn bad_names_are_refused_with_what_exists() {
         ("p nofunc x", "no function nofunc in the DWARF of"),
         ("r parse len", "at a return only $retval can be read"),
         ("p parse b->in.s:string", "b->in.s (of type short int): :string reads a char pointer or array"),
+        ("r make_inner $retval", "make_inner returns struct inner by value (4 bytes, in registers)"),
+        ("r touch x=$retval", "touch returns void: it has no $retval"),
     ];
     for (def, why) in cases {
         let run = run_uprobe(&["-e", def, s(&prog)]);

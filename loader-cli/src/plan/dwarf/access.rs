@@ -232,6 +232,43 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
     Ok(format!("{name}={typed}"))
 }
 
+/// The fetcharg of `$retval` (as `NAME=` when `name` is given) typed from the function's
+/// return type `ret` (None: `void`), by the System V ABI: integers, enums and pointers in
+/// %rax, `float` and `double` in %xmm0, a `char *` as the text it points to.
+pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: &str) -> Result<String, String> {
+    let what = types.name(ret);
+    let fetch = match types.strip(ret) {
+        None if ret.is_none() => return Err(format!("{func} returns void: it has no $retval")),
+        Some(
+            Ty::Int { size: size @ (1 | 2 | 4 | 8), signed, .. }
+            | Ty::Enum { size: size @ (1 | 2 | 4 | 8), signed, .. },
+        ) => {
+            format!("$retval:{}{}", if *signed { 's' } else { 'u' }, size * 8)
+        }
+        Some(Ty::Pointer { .. }) if types.is_char_pointer(ret) => "+0($retval):string".to_string(),
+        Some(Ty::Pointer { .. }) => "$retval:x64".to_string(),
+        Some(Ty::Float { size: size @ (4 | 8) }) => format!("%xmm0:f{}", size * 8),
+        Some(Ty::Float { .. }) => {
+            return Err(format!(
+                "{func} returns {what}, which is returned in %st0: probes do not read the x87 registers"
+            ))
+        }
+        Some(Ty::Struct { size, .. }) if *size <= 16 => {
+            return Err(format!(
+                "{func} returns {what} by value ({size} bytes, in registers): $retval is one register; \
+                 read the parts by hand (%ax, %dx, %xmm0, %xmm1)"
+            ))
+        }
+        // Returned in memory the caller gave: %rax holds its address.
+        Some(Ty::Struct { .. }) => "$retval:x64".to_string(),
+        _ => return Err(format!("{func} returns {what}, which $retval cannot show")),
+    };
+    Ok(match name {
+        Some(n) => format!("{n}={fetch}"),
+        None => fetch,
+    })
+}
+
 /// `loc` moved `by` bytes: only a value in memory has parts at offsets.
 fn index(loc: &Loc, by: i64, path: &str) -> Result<Loc, String> {
     match loc {
