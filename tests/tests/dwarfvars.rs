@@ -44,14 +44,14 @@ fn parameters_fields_and_elements_print_their_c_values() {
     assert_eq!(
         records(&run, "parse"),
         [
-            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=41"#,
-            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=6 ok=1 name="second" blen=42"#,
-            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=43"#,
+            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=BLUE ok=1 name="other" blen=41"#,
+            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=BLUE ok=1 name="second" blen=42"#,
+            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=BLUE ok=1 name="other" blen=43"#,
         ]
     );
     assert_eq!(
         records(&run, "classify"),
-        ["sc=-3 flag=1 c=5 u=65535", "sc=4 flag=0 c=6 u=1", "sc=0 flag=1 c=6 u=2", "sc=127 flag=1 c=0 u=3"]
+        ["sc=-3 flag=1 c=GREEN u=65535", "sc=4 flag=0 c=BLUE u=1", "sc=0 flag=1 c=BLUE u=2", "sc=127 flag=1 c=RED u=3"]
     );
     // `scaled` is computed in the body; gcc says `total` is 0 from the entry on.
     assert_eq!(records(&run, "sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
@@ -114,7 +114,7 @@ fn retval_takes_the_functions_return_type() {
     assert_eq!(run.stdout, "r=103\n");
     assert_eq!(records(&run, "parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
     assert_eq!(records(&run, "cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
-    assert_eq!(records(&run, "classify__return"), ["c=5", "c=0", "c=6", "c=0"]);
+    assert_eq!(records(&run, "classify__return"), ["c=GREEN", "c=RED", "c=BLUE", "c=RED"]);
     assert_eq!(records(&run, "is_blue__return"), ["arg1=0", "arg1=0", "arg1=1", "arg1=0"]);
     assert_eq!(records(&run, "scale__return"), ["arg1=6", "arg1=-1.125"]);
     assert_eq!(records(&run, "halve__return"), ["h=2.5"]);
@@ -126,6 +126,25 @@ fn retval_takes_the_functions_return_type() {
     let run = run_uprobe(&["-e", "r parse $retval", s(&nodebug)]);
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(records(&run, "parse__return")[0], "arg1=0xffffffee");
+}
+
+#[test]
+fn enums_show_their_enumerators_name() {
+    let prog = prog();
+    let run = run_uprobe(&["-e", "p is_blue c", "-e", "p:d/n is_blue n=c:u32", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    // 7 is no enumerator's value: its number.
+    assert_eq!(records(&run, "is_blue"), ["c=RED", "c=GREEN", "c=BLUE", "c=7"]);
+    assert_eq!(records(&run, "n"), ["n=0", "n=5", "n=6", "n=7"], "a type by hand shows the number");
+    let run = run_uprobe(&["--format", "json", "-e", "p is_blue c if c >= 5", s(&prog)]);
+    let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
+    assert_eq!(args, [r#"{"c":"GREEN"}}"#, r#"{"c":"BLUE"}}"#, r#"{"c":7}}"#], "{}", run.output);
+    let out = Command::new(uprobe_run()).args(["--vars", "is_blue", s(&prog)]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\t\tenum color\tc\t%di:u32{RED=0,GREEN=5,BLUE=6}\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -157,7 +176,7 @@ fn counts_by_dwarf_names() {
         })
         .collect();
     let want: BTreeMap<String, u64> =
-        [("0 6", 2), ("1 0", 2), ("1 5", 2), ("1 6", 2)].iter().map(|&(k, n)| (k.to_string(), n)).collect();
+        [("0 BLUE", 2), ("1 RED", 2), ("1 GREEN", 2), ("1 BLUE", 2)].iter().map(|&(k, n)| (k.to_string(), n)).collect();
     assert_eq!(rows, want, "{}", run.output);
     let run = run_uprobe(&["--count", "--by", "scaled", "-e", "p sum scaled", s(&prog)]);
     assert_eq!(run.status.code(), Some(2));
@@ -248,7 +267,14 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
         args.split_whitespace()
             .map(|kv| {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                format!("{k}={}", number(v))
+                // The kernel shows an enum's number (x32), ours its enumerator's name.
+                let v = match (k, number(v).as_str()) {
+                    ("col", "0") => "RED".to_string(),
+                    ("col", "5") => "GREEN".to_string(),
+                    ("col", "6") => "BLUE".to_string(),
+                    (_, n) => n.to_string(),
+                };
+                format!("{k}={v}")
             })
             .collect()
     };

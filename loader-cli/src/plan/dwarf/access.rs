@@ -207,15 +207,11 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
             let container = types.size(ty).unwrap_or(4) * 8;
             format!("{fetch}:b{w}@{off}/{container}")
         }
-        (None, Some(Ty::Int { size, signed, .. } | Ty::Enum { size, signed, .. })) => {
-            format!("{fetch}:{}{}", if *signed { 's' } else { 'u' }, size * 8)
-        }
+        (None, Some(t @ (Ty::Int { .. } | Ty::Enum { .. }))) => format!("{fetch}:{}", integer(t, None)),
         (None, Some(Ty::Pointer { .. })) => format!("{fetch}:x64"),
         (None, Some(Ty::Array { elem, count: Some(n) })) if matches!(loc, Loc::Mem(..)) => match types.strip(*elem) {
             Some(Ty::Int { size: 1, .. }) => format!("{fetch}:string"),
-            Some(Ty::Int { size, signed, .. } | Ty::Enum { size, signed, .. }) if *n <= 64 => {
-                format!("{fetch}:{}{}[{n}]", if *signed { 's' } else { 'u' }, size * 8)
-            }
+            Some(t @ (Ty::Int { .. } | Ty::Enum { .. })) if *n <= 64 => format!("{fetch}:{}", integer(t, Some(*n))),
             Some(Ty::Pointer { .. }) if *n <= 64 => format!("{fetch}:x64[{n}]"),
             _ => return Err(format!("{path} (of type {}): name an element ({path}[0])", types.name(ty))),
         },
@@ -239,11 +235,8 @@ pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: 
     let what = types.name(ret);
     let fetch = match types.strip(ret) {
         None if ret.is_none() => return Err(format!("{func} returns void: it has no $retval")),
-        Some(
-            Ty::Int { size: size @ (1 | 2 | 4 | 8), signed, .. }
-            | Ty::Enum { size: size @ (1 | 2 | 4 | 8), signed, .. },
-        ) => {
-            format!("$retval:{}{}", if *signed { 's' } else { 'u' }, size * 8)
+        Some(t @ (Ty::Int { size: 1 | 2 | 4 | 8, .. } | Ty::Enum { size: 1 | 2 | 4 | 8, .. })) => {
+            format!("$retval:{}", integer(t, None))
         }
         Some(Ty::Pointer { .. }) if types.is_char_pointer(ret) => "+0($retval):string".to_string(),
         Some(Ty::Pointer { .. }) => "$retval:x64".to_string(),
@@ -267,6 +260,26 @@ pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: 
         Some(n) => format!("{n}={fetch}"),
         None => fetch,
     })
+}
+
+/// The fetcharg type of an integer or an enum (`s32`, `u8[4]`), an enum's with its
+/// enumerators (`u32{RED=0,GREEN=5}`) so its values show by name, except an enum too big to
+/// carry them (its values show as numbers).
+fn integer(t: &Ty, count: Option<u64>) -> String {
+    let (size, signed, values) = match t {
+        Ty::Int { size, signed, .. } => (*size, *signed, &[][..]),
+        Ty::Enum { size, signed, values } => (*size, *signed, &values[..]),
+        _ => return String::new(),
+    };
+    let mut out = format!("{}{}", if signed { 's' } else { 'u' }, u32::from(size) * 8);
+    if let Some(n) = count {
+        out.push_str(&format!("[{n}]"));
+    }
+    if !values.is_empty() && values.len() <= uprobe_contracts::fetch::MAX_ENUMERATORS {
+        let items: Vec<String> = values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        out.push_str(&format!("{{{}}}", items.join(",")));
+    }
+    out
 }
 
 /// `loc` moved `by` bytes: only a value in memory has parts at offsets.
