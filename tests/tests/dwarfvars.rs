@@ -44,14 +44,19 @@ fn parameters_fields_and_elements_print_their_c_values() {
     assert_eq!(
         records(&run, "parse"),
         [
-            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=BLUE ok=1 name="other" blen=41"#,
-            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=BLUE ok=1 name="second" blen=42"#,
-            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=BLUE ok=1 name="other" blen=43"#,
+            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=BLUE ok=true name="other" blen=41"#,
+            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=BLUE ok=true name="second" blen=42"#,
+            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=BLUE ok=true name="other" blen=43"#,
         ]
     );
     assert_eq!(
         records(&run, "classify"),
-        ["sc=-3 flag=1 c=GREEN u=65535", "sc=4 flag=0 c=BLUE u=1", "sc=0 flag=1 c=BLUE u=2", "sc=127 flag=1 c=RED u=3"]
+        [
+            "sc=-3 flag=true c=GREEN u=65535",
+            "sc=4 flag=false c=BLUE u=1",
+            "sc=0 flag=true c=BLUE u=2",
+            "sc=127 flag=true c=RED u=3"
+        ]
     );
     // `scaled` is computed in the body; gcc says `total` is 0 from the entry on.
     assert_eq!(records(&run, "sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
@@ -115,7 +120,7 @@ fn retval_takes_the_functions_return_type() {
     assert_eq!(records(&run, "parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
     assert_eq!(records(&run, "cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
     assert_eq!(records(&run, "classify__return"), ["c=GREEN", "c=RED", "c=BLUE", "c=RED"]);
-    assert_eq!(records(&run, "is_blue__return"), ["arg1=0", "arg1=0", "arg1=1", "arg1=0"]);
+    assert_eq!(records(&run, "is_blue__return"), ["arg1=false", "arg1=false", "arg1=true", "arg1=false"]);
     assert_eq!(records(&run, "scale__return"), ["arg1=6", "arg1=-1.125"]);
     assert_eq!(records(&run, "halve__return"), ["h=2.5"]);
     assert_eq!(records(&run, "sum__return"), ["arg1=168"]);
@@ -148,13 +153,29 @@ fn enums_show_their_enumerators_name() {
 }
 
 #[test]
+fn bools_and_char_pointers_by_default() {
+    let prog = prog();
+    let run = run_uprobe(&["-e", "p parse b->data name ok=b->ok", "-e", "p:d/ptr parse p=name:x64", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let want = [r#"data="hello" name="other" ok=true"#, r#"data="hello" name="second" ok=true"#];
+    assert_eq!(records(&run, "parse")[..2], want);
+    // `:x64` by hand still gives the pointer.
+    assert!(records(&run, "ptr").iter().all(|r| r.starts_with("p=0x")), "{}", run.output);
+    let run = run_uprobe(&["--format", "json", "-e", "p classify flag", s(&prog)]);
+    let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
+    assert_eq!(args, [r#"{"flag":true}}"#, r#"{"flag":false}}"#, r#"{"flag":true}}"#, r#"{"flag":true}}"#]);
+    let out = Command::new(uprobe_run()).args(["--vars", "parse", s(&prog)]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\t\tconst char*\tname\t+0(%cx):string\n"));
+}
+
+#[test]
 fn params_and_vars_expand_and_json_has_null_for_optimized_out() {
     let prog = prog();
     let run = run_uprobe(&["--format", "json", "-e", "p:d/p parse $params", "-e", "p:d/v sum $vars", s(&prog)]);
     assert!(run.status.success(), "{}", run.stderr);
     let p: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"p""#)).collect();
     assert_eq!(p.len(), 3, "{}", run.output);
-    assert!(p[1].contains(r#""len":3,"flags":32,"name":"0x"#), "{}", p[1]);
+    assert!(p[1].contains(r#""len":3,"flags":32,"name":"second"}"#), "{}", p[1]);
     let v: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"v""#)).collect();
     assert_eq!(v.len(), 1, "{}", run.output);
     assert!(v[0].contains(r#""n":4,"total":0,"scaled":null}"#), "{}", v[0]);
@@ -175,8 +196,10 @@ fn counts_by_dwarf_names() {
             (format!("{} {}", w[0], w[1]), w[2].parse().unwrap())
         })
         .collect();
-    let want: BTreeMap<String, u64> =
-        [("0 BLUE", 2), ("1 RED", 2), ("1 GREEN", 2), ("1 BLUE", 2)].iter().map(|&(k, n)| (k.to_string(), n)).collect();
+    let want: BTreeMap<String, u64> = [("false BLUE", 2), ("true RED", 2), ("true GREEN", 2), ("true BLUE", 2)]
+        .iter()
+        .map(|&(k, n)| (k.to_string(), n))
+        .collect();
     assert_eq!(rows, want, "{}", run.output);
     let run = run_uprobe(&["--count", "--by", "scaled", "-e", "p sum scaled", s(&prog)]);
     assert_eq!(run.status.code(), Some(2));
@@ -272,6 +295,7 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
                     ("col", "0") => "RED".to_string(),
                     ("col", "5") => "GREEN".to_string(),
                     ("col", "6") => "BLUE".to_string(),
+                    ("ok", "1") => "true".to_string(),
                     (_, n) => n.to_string(),
                 };
                 format!("{k}={v}")

@@ -14,7 +14,8 @@
 //!   `x64`, as the kernel shows it; `$comm` is a string;
 //! - beyond the kernel, an integer type followed by an enum's enumerators,
 //!   `u32{RED=0,GREEN=5,BLUE=6}`: read and compared as the integer, shown by the name of its
-//!   value (`RED`), or as the integer where no enumerator has it.
+//!   value (`RED`), or as the integer where no enumerator has it; and `bool`, a `u8` shown
+//!   as `false` (0) or `true` (1), any other value as its number.
 //!
 //! A string is read *at* the address its last dereference computes (`+0(%si):string` is the
 //! string %si points to); in an array of strings that address holds the `char *` pointers.
@@ -172,6 +173,8 @@ impl Type {
 /// Names a number is shown by, instead of its digits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Named {
+    /// `bool`: 0 is `false`, 1 `true`.
+    Bool,
     /// An enum's enumerators (`TYPE{NAME=VALUE,...}`), each value cut to the type's size.
     Enum(Vec<(u64, String)>),
 }
@@ -180,6 +183,7 @@ impl Named {
     /// The name of `v` (cut to its type's size), if one.
     pub fn name_of(&self, ty: &Type, v: u64) -> Option<&str> {
         match self {
+            Named::Bool => [(0, "false"), (1, "true")].iter().find(|(n, _)| *n == ty.bits(v)).map(|(_, s)| *s),
             Named::Enum(values) => values.iter().find(|(n, _)| *n == ty.bits(v)).map(|(_, s)| s.as_str()),
         }
     }
@@ -309,6 +313,7 @@ pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError>
             Some(Named::Enum(values.into_iter().map(|(v, n)| (ty.bits(v as u64), n)).collect()))
         }
         Some(_) => return err(ty_at, "enumerators {NAME=VALUE,...} only after an integer type (u32, s32, x32...)"),
+        None if ty_text.is_some_and(|t| t.split('[').next() == Some("bool")) => Some(Named::Bool),
         None => None,
     };
     Ok(FetchArg { name, fetch, ty, named })
@@ -479,6 +484,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
         "string" | "ustring" => Type { count, ..Type::STRING },
         "symbol" => simple(Base::Symbol, 64),
         "char" => simple(Base::Char, 8),
+        "bool" => simple(Base::Unsigned, 8),
         "f32" => simple(Base::Float, 32),
         "f64" => simple(Base::Float, 64),
         t if t.starts_with('b') => return parse_bitfield(t, at).map(|ty| Type { count, ..ty }),
@@ -500,7 +506,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
 
 fn unknown_type(t: &str) -> String {
     format!(
-        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
+        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, bool, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
     )
 }
 
@@ -652,6 +658,16 @@ mod tests {
         assert!(bad("%di:u8{1=2}", Site::Entry).what.starts_with("enumerators NAME=VALUE"));
         assert!(bad("+0(%di):string{A=1}", Site::Entry).what.starts_with("enumerators {NAME=VALUE,...} only"));
         assert!(bad("%di:f64{A=1}", Site::Entry).what.starts_with("enumerators"));
+        let b = ok("ok=+40(%di):bool");
+        assert_eq!(
+            (b.ty, b.named.as_ref()),
+            (Type { base: Base::Unsigned, size: 1, bitfield: None, count: None }, Some(&Named::Bool))
+        );
+        assert_eq!(
+            (b.named.as_ref().unwrap().name_of(&b.ty, 0x101), Named::Bool.name_of(&b.ty, 2)),
+            (Some("true"), None)
+        );
+        assert_eq!(ok("+0(%di):bool[2]").named, Some(Named::Bool));
     }
 
     #[test]

@@ -217,8 +217,10 @@ pub fn json_string(out: &mut String, bytes: &[u8]) {
 
 /// One value as JSON (a named value as its name's string).
 pub fn json_value(out: &mut String, ty: &Type, named: Option<&Named>, v: &Value, syms: &mut dyn Symbols) {
-    if let Some(name) = name_of(ty, named, v) {
-        return json_string(out, name.as_bytes());
+    match (name_of(ty, named, v), named) {
+        (Some(name), Some(Named::Bool)) => return out.push_str(name),
+        (Some(name), _) => return json_string(out, name.as_bytes()),
+        (None, _) => {}
     }
     match v {
         Value::Array(items) => {

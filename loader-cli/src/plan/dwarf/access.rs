@@ -208,7 +208,11 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
             format!("{fetch}:b{w}@{off}/{container}")
         }
         (None, Some(t @ (Ty::Int { .. } | Ty::Enum { .. }))) => format!("{fetch}:{}", integer(t, None)),
-        (None, Some(Ty::Pointer { .. })) => format!("{fetch}:x64"),
+        (None, Some(Ty::Pointer { .. })) => match loc.pointee().filter(|_| types.is_char_pointer(ty)) {
+            // A `char *` is the text it points to; `:x64` written by hand gives the pointer.
+            Some(p) => format!("{}:string", memory(&p, 0)),
+            None => format!("{fetch}:x64"),
+        },
         (None, Some(Ty::Array { elem, count: Some(n) })) if matches!(loc, Loc::Mem(..)) => match types.strip(*elem) {
             Some(Ty::Int { size: 1, .. }) => format!("{fetch}:string"),
             Some(t @ (Ty::Int { .. } | Ty::Enum { .. })) if *n <= 64 => format!("{fetch}:{}", integer(t, Some(*n))),
@@ -267,6 +271,9 @@ pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: 
 /// carry them (its values show as numbers).
 fn integer(t: &Ty, count: Option<u64>) -> String {
     let (size, signed, values) = match t {
+        Ty::Int { size: 1, boolean: true, .. } => {
+            return format!("bool{}", count.map_or(String::new(), |n| format!("[{n}]")))
+        }
         Ty::Int { size, signed, .. } => (*size, *signed, &[][..]),
         Ty::Enum { size, signed, values } => (*size, *signed, &values[..]),
         _ => return String::new(),
