@@ -318,6 +318,59 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     assert_eq!(ours, kernel);
 }
 
+/// perf probe's `$retval` (x64, whatever the function returns) read by the kernel at the same
+/// returns: the same values, ours typed (an int, an enum by name, a bool).
+#[test]
+fn retvals_equal_what_perf_probe_reads_with_the_kernel() {
+    let prog = prog();
+    let Ok(tracing) = tracefs() else {
+        eprintln!("skipped: no writable tracefs (needs root)");
+        return;
+    };
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let id = std::process::id();
+    let funcs = ["parse", "classify", "is_blue"];
+    let events: Vec<String> = funcs.iter().map(|f| format!("rv{f}{id}")).collect();
+    let group = "probe_dwarfvars";
+    for (f, e) in funcs.iter().zip(&events) {
+        let spec = format!("{e}={f}%return $retval");
+        let added = Command::new("perf").args(["probe", "-x", s(&prog), "-a", &spec]).output().unwrap();
+        if !added.status.success() {
+            eprintln!("skipped: perf probe could not add {f}%return: {}", String::from_utf8_lossy(&added.stderr));
+            return;
+        }
+    }
+    // perf names a return event NAME__return.
+    let kernel_events: Vec<String> = events.iter().map(|e| format!("{e}__return")).collect();
+    let names: Vec<&str> = kernel_events.iter().map(String::as_str).collect();
+    let (plain, trace) = kernel_run(&tracing, group, &names, || run_plain(&prog, &[]));
+    for e in &kernel_events {
+        let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{e}")]).output();
+    }
+    assert!(plain.status.success());
+    let pid = plain_pid(&trace, &kernel_events[0]).unwrap_or_default();
+    let ours = run_uprobe(&["-e", "r parse $retval", "-e", "r classify $retval", "-e", "r is_blue $retval", s(&prog)]);
+    assert!(ours.status.success(), "{}", ours.stderr);
+    for (f, e) in funcs.iter().zip(&kernel_events) {
+        let kernel: Vec<String> = traced(&trace, e, &pid)
+            .iter()
+            .map(|a| {
+                let raw = u64::from_str_radix(a.trim_start_matches("arg1=0x"), 16).unwrap_or(u64::MAX);
+                match *f {
+                    "parse" => format!("arg1={}", raw as u32 as i32),
+                    "classify" => format!("arg1={}", ["RED", "", "", "", "", "GREEN", "BLUE"][raw as u32 as usize]),
+                    _ => format!("arg1={}", raw as u8 == 1),
+                }
+            })
+            .collect();
+        assert_eq!(kernel.len(), if *f == "parse" { 3 } else { 4 }, "{trace}");
+        assert_eq!(records(&ours, &format!("{f}__return")), kernel, "{f}");
+    }
+}
+
 /// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from
 /// a trace instance of its own (other programs clearing the main buffer cannot empty it).
 fn kernel_run(
