@@ -322,7 +322,8 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
 /// returns: the same values, ours typed (an int, an enum by name, a bool).
 #[test]
 fn retvals_equal_what_perf_probe_reads_with_the_kernel() {
-    let prog = prog();
+    // A copy of its own: the kernel's breakpoints would meet the other tests' int3 probes.
+    let prog = gcc("dwarfvars_rv", &["fixtures/dwarfvars.c"], &["-O2", "-g", "-Wall", "-Wextra"]);
     let Ok(tracing) = tracefs() else {
         eprintln!("skipped: no writable tracefs (needs root)");
         return;
@@ -334,7 +335,7 @@ fn retvals_equal_what_perf_probe_reads_with_the_kernel() {
     let id = std::process::id();
     let funcs = ["parse", "classify", "is_blue"];
     let events: Vec<String> = funcs.iter().map(|f| format!("rv{f}{id}")).collect();
-    let group = "probe_dwarfvars";
+    let group = "probe_dwarfvars_rv";
     for (f, e) in funcs.iter().zip(&events) {
         let spec = format!("{e}={f}%return $retval");
         let added = Command::new("perf").args(["probe", "-x", s(&prog), "-a", &spec]).output().unwrap();
