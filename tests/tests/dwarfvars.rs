@@ -44,14 +44,19 @@ fn parameters_fields_and_elements_print_their_c_values() {
     assert_eq!(
         records(&run, "parse"),
         [
-            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=41"#,
-            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=6 ok=1 name="second" blen=42"#,
-            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=6 ok=1 name="other" blen=43"#,
+            r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=BLUE ok=true name="other" blen=41"#,
+            r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=BLUE ok=true name="second" blen=42"#,
+            r#"len=4 data="hello" flags=48 arr=3 s=-5 c=200 col=BLUE ok=true name="other" blen=43"#,
         ]
     );
     assert_eq!(
         records(&run, "classify"),
-        ["sc=-3 flag=1 c=5 u=65535", "sc=4 flag=0 c=6 u=1", "sc=0 flag=1 c=6 u=2", "sc=127 flag=1 c=0 u=3"]
+        [
+            "sc=-3 flag=true c=GREEN u=65535",
+            "sc=4 flag=false c=BLUE u=1",
+            "sc=0 flag=true c=BLUE u=2",
+            "sc=127 flag=true c=RED u=3"
+        ]
     );
     // `scaled` is computed in the body; gcc says `total` is 0 from the entry on.
     assert_eq!(records(&run, "sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
@@ -89,13 +94,88 @@ fn floats_and_doubles_come_from_the_vector_registers() {
 }
 
 #[test]
+fn retval_takes_the_functions_return_type() {
+    let prog = prog();
+    let run = run_uprobe(&[
+        "-e",
+        "r parse $retval",
+        "-e",
+        "p:d/cn color_name%return $retval",
+        "-e",
+        "r classify c=$retval",
+        "-e",
+        "r is_blue $retval",
+        "-e",
+        "r scale $retval",
+        "-e",
+        "r halve h=$retval",
+        "-e",
+        "r sum $retval",
+        "-e",
+        "r:d/hex parse $retval:x64",
+        s(&prog),
+    ]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.stdout, "r=103\n");
+    assert_eq!(records(&run, "parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
+    assert_eq!(records(&run, "cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
+    assert_eq!(records(&run, "classify__return"), ["c=GREEN", "c=RED", "c=BLUE", "c=RED"]);
+    assert_eq!(records(&run, "is_blue__return"), ["arg1=false", "arg1=false", "arg1=true", "arg1=false"]);
+    assert_eq!(records(&run, "scale__return"), ["arg1=6", "arg1=-1.125"]);
+    assert_eq!(records(&run, "halve__return"), ["h=2.5"]);
+    assert_eq!(records(&run, "sum__return"), ["arg1=168"]);
+    // A type written by hand is kept (the int is in %eax: the upper half is zero).
+    assert_eq!(records(&run, "hex")[0], "arg1=0xffffffee");
+    // Without DWARF, $retval stays the kernel's x64.
+    let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
+    let run = run_uprobe(&["-e", "r parse $retval", s(&nodebug)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(records(&run, "parse__return")[0], "arg1=0xffffffee");
+}
+
+#[test]
+fn enums_show_their_enumerators_name() {
+    let prog = prog();
+    let run = run_uprobe(&["-e", "p is_blue c", "-e", "p:d/n is_blue n=c:u32", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    // 7 is no enumerator's value: its number.
+    assert_eq!(records(&run, "is_blue"), ["c=RED", "c=GREEN", "c=BLUE", "c=7"]);
+    assert_eq!(records(&run, "n"), ["n=0", "n=5", "n=6", "n=7"], "a type by hand shows the number");
+    let run = run_uprobe(&["--format", "json", "-e", "p is_blue c if c >= 5", s(&prog)]);
+    let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
+    assert_eq!(args, [r#"{"c":"GREEN"}}"#, r#"{"c":"BLUE"}}"#, r#"{"c":7}}"#], "{}", run.output);
+    let out = Command::new(uprobe_run()).args(["--vars", "is_blue", s(&prog)]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\t\tenum color\tc\t%di:u32{RED=0,GREEN=5,BLUE=6}\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn bools_and_char_pointers_by_default() {
+    let prog = prog();
+    let run = run_uprobe(&["-e", "p parse b->data name ok=b->ok", "-e", "p:d/ptr parse p=name:x64", s(&prog)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let want = [r#"data="hello" name="other" ok=true"#, r#"data="hello" name="second" ok=true"#];
+    assert_eq!(records(&run, "parse")[..2], want);
+    // `:x64` by hand still gives the pointer.
+    assert!(records(&run, "ptr").iter().all(|r| r.starts_with("p=0x")), "{}", run.output);
+    let run = run_uprobe(&["--format", "json", "-e", "p classify flag", s(&prog)]);
+    let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
+    assert_eq!(args, [r#"{"flag":true}}"#, r#"{"flag":false}}"#, r#"{"flag":true}}"#, r#"{"flag":true}}"#]);
+    let out = Command::new(uprobe_run()).args(["--vars", "parse", s(&prog)]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\t\tconst char*\tname\t+0(%cx):string\n"));
+}
+
+#[test]
 fn params_and_vars_expand_and_json_has_null_for_optimized_out() {
     let prog = prog();
     let run = run_uprobe(&["--format", "json", "-e", "p:d/p parse $params", "-e", "p:d/v sum $vars", s(&prog)]);
     assert!(run.status.success(), "{}", run.stderr);
     let p: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"p""#)).collect();
     assert_eq!(p.len(), 3, "{}", run.output);
-    assert!(p[1].contains(r#""len":3,"flags":32,"name":"0x"#), "{}", p[1]);
+    assert!(p[1].contains(r#""len":3,"flags":32,"name":"second"}"#), "{}", p[1]);
     let v: Vec<&str> = run.output.lines().filter(|l| l.contains(r#""event":"v""#)).collect();
     assert_eq!(v.len(), 1, "{}", run.output);
     assert!(v[0].contains(r#""n":4,"total":0,"scaled":null}"#), "{}", v[0]);
@@ -116,8 +196,10 @@ fn counts_by_dwarf_names() {
             (format!("{} {}", w[0], w[1]), w[2].parse().unwrap())
         })
         .collect();
-    let want: BTreeMap<String, u64> =
-        [("0 6", 2), ("1 0", 2), ("1 5", 2), ("1 6", 2)].iter().map(|&(k, n)| (k.to_string(), n)).collect();
+    let want: BTreeMap<String, u64> = [("false BLUE", 2), ("true RED", 2), ("true GREEN", 2), ("true BLUE", 2)]
+        .iter()
+        .map(|&(k, n)| (k.to_string(), n))
+        .collect();
     assert_eq!(rows, want, "{}", run.output);
     let run = run_uprobe(&["--count", "--by", "scaled", "-e", "p sum scaled", s(&prog)]);
     assert_eq!(run.status.code(), Some(2));
@@ -145,7 +227,7 @@ fn vars_lists_what_is_available_at_the_entry() {
 fn bad_names_are_refused_with_what_exists() {
     let prog = prog();
     let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
-    let cases: [(&str, &str); 8] = [
+    let cases: [(&str, &str); 10] = [
         ("p parse lenx", "no variable lenx at parse (it has: b, len, flags, name, acc)"),
         ("p parse b->nope", "no field nope in struct buf (it has: len, data, arr, in, col, ok, d)"),
         ("p parse b.len", "b is a pointer: use '->'"),
@@ -154,6 +236,8 @@ fn bad_names_are_refused_with_what_exists() {
         ("p nofunc x", "no function nofunc in the DWARF of"),
         ("r parse len", "at a return only $retval can be read"),
         ("p parse b->in.s:string", "b->in.s (of type short int): :string reads a char pointer or array"),
+        ("r make_inner $retval", "make_inner returns struct inner by value (4 bytes, in registers)"),
+        ("r touch x=$retval", "touch returns void: it has no $retval"),
     ];
     for (def, why) in cases {
         let run = run_uprobe(&["-e", def, s(&prog)]);
@@ -206,7 +290,15 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
         args.split_whitespace()
             .map(|kv| {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                format!("{k}={}", number(v))
+                // The kernel shows an enum's number (x32), ours its enumerator's name.
+                let v = match (k, number(v).as_str()) {
+                    ("col", "0") => "RED".to_string(),
+                    ("col", "5") => "GREEN".to_string(),
+                    ("col", "6") => "BLUE".to_string(),
+                    ("ok", "1") => "true".to_string(),
+                    (_, n) => n.to_string(),
+                };
+                format!("{k}={v}")
             })
             .collect()
     };
@@ -224,6 +316,60 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     assert!(ours.status.success(), "{}", ours.stderr);
     let ours: Vec<Vec<String>> = records(&ours, &event).iter().map(|a| normal(a)).collect();
     assert_eq!(ours, kernel);
+}
+
+/// perf probe's `$retval` (x64, whatever the function returns) read by the kernel at the same
+/// returns: the same values, ours typed (an int, an enum by name, a bool).
+#[test]
+fn retvals_equal_what_perf_probe_reads_with_the_kernel() {
+    // A copy of its own: the kernel's breakpoints would meet the other tests' int3 probes.
+    let prog = gcc("dwarfvars_rv", &["fixtures/dwarfvars.c"], &["-O2", "-g", "-Wall", "-Wextra"]);
+    let Ok(tracing) = tracefs() else {
+        eprintln!("skipped: no writable tracefs (needs root)");
+        return;
+    };
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let id = std::process::id();
+    let funcs = ["parse", "classify", "is_blue"];
+    let events: Vec<String> = funcs.iter().map(|f| format!("rv{f}{id}")).collect();
+    let group = "probe_dwarfvars_rv";
+    for (f, e) in funcs.iter().zip(&events) {
+        let spec = format!("{e}={f}%return $retval");
+        let added = Command::new("perf").args(["probe", "-x", s(&prog), "-a", &spec]).output().unwrap();
+        if !added.status.success() {
+            eprintln!("skipped: perf probe could not add {f}%return: {}", String::from_utf8_lossy(&added.stderr));
+            return;
+        }
+    }
+    // perf names a return event NAME__return.
+    let kernel_events: Vec<String> = events.iter().map(|e| format!("{e}__return")).collect();
+    let names: Vec<&str> = kernel_events.iter().map(String::as_str).collect();
+    let (plain, trace) = kernel_run(&tracing, group, &names, || run_plain(&prog, &[]));
+    for e in &kernel_events {
+        let _ = Command::new("perf").args(["probe", "-d", &format!("{group}:{e}")]).output();
+    }
+    assert!(plain.status.success());
+    let pid = plain_pid(&trace, &kernel_events[0]).unwrap_or_default();
+    let ours = run_uprobe(&["-e", "r parse $retval", "-e", "r classify $retval", "-e", "r is_blue $retval", s(&prog)]);
+    assert!(ours.status.success(), "{}", ours.stderr);
+    for (f, e) in funcs.iter().zip(&kernel_events) {
+        let kernel: Vec<String> = traced(&trace, e, &pid)
+            .iter()
+            .map(|a| {
+                let raw = u64::from_str_radix(a.trim_start_matches("arg1=0x"), 16).unwrap_or(u64::MAX);
+                match *f {
+                    "parse" => format!("arg1={}", raw as u32 as i32),
+                    "classify" => format!("arg1={}", ["RED", "", "", "", "", "GREEN", "BLUE"][raw as u32 as usize]),
+                    _ => format!("arg1={}", raw as u8 == 1),
+                }
+            })
+            .collect();
+        assert_eq!(kernel.len(), if *f == "parse" { 3 } else { 4 }, "{trace}");
+        assert_eq!(records(&ours, &format!("{f}__return")), kernel, "{f}");
+    }
 }
 
 /// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from

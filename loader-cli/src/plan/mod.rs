@@ -398,8 +398,9 @@ fn events(cli: &Cli, aggregation: &Aggregate) -> Result<Events, Error> {
         definitions = usdt::translate(&definitions, &program)?;
         definitions = lines::translate(&definitions, &program)?;
     }
-    if definitions.iter().any(|t| dwarf::names_variables(t)) {
-        // DWARF names become fetchargs (registers, offsets) at the function's entry.
+    if definitions.iter().any(|t| dwarf::names_variables(t) || dwarf::types_retval(t)) {
+        // DWARF names become fetchargs (registers, offsets) at the function's entry, and
+        // `$retval` takes the function's return type.
         let program = match cli.pid {
             Some(pid) => PathBuf::from(format!("/proc/{pid}/exe")),
             None => {

@@ -11,7 +11,11 @@
 //!   and `double` arguments and return values), read from the vector state the hit saved;
 //! - types `u8..u64`, `s8..s64`, `x8..x64`, `f32`, `f64` (beyond the kernel), `char`, `string`, `ustring`, `symbol`, bitfields
 //!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
-//!   `x64`, as the kernel shows it; `$comm` is a string.
+//!   `x64`, as the kernel shows it; `$comm` is a string;
+//! - beyond the kernel, an integer type followed by an enum's enumerators,
+//!   `u32{RED=0,GREEN=5,BLUE=6}`: read and compared as the integer, shown by the name of its
+//!   value (`RED`), or as the integer where no enumerator has it; and `bool`, a `u8` shown
+//!   as `false` (0) or `true` (1), any other value as its number.
 //!
 //! A string is read *at* the address its last dereference computes (`+0(%si):string` is the
 //! string %si points to); in an array of strings that address holds the `char *` pointers.
@@ -166,6 +170,28 @@ impl Type {
     }
 }
 
+/// Names a number is shown by, instead of its digits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Named {
+    /// `bool`: 0 is `false`, 1 `true`.
+    Bool,
+    /// An enum's enumerators (`TYPE{NAME=VALUE,...}`), each value cut to the type's size.
+    Enum(Vec<(u64, String)>),
+}
+
+impl Named {
+    /// The name of `v` (cut to its type's size), if one.
+    pub fn name_of(&self, ty: &Type, v: u64) -> Option<&str> {
+        match self {
+            Named::Bool => [(0, "false"), (1, "true")].iter().find(|(n, _)| *n == ty.bits(v)).map(|(_, s)| *s),
+            Named::Enum(values) => values.iter().find(|(n, _)| *n == ty.bits(v)).map(|(_, s)| s.as_str()),
+        }
+    }
+}
+
+/// The most enumerators a type names (a bigger enum's values are shown as numbers).
+pub const MAX_ENUMERATORS: usize = 512;
+
 /// One parsed fetcharg.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchArg {
@@ -175,6 +201,8 @@ pub struct FetchArg {
     pub fetch: Fetch,
     /// How it is read and shown.
     pub ty: Type,
+    /// Names of its values, if any.
+    pub named: Option<Named>,
 }
 
 impl FetchArg {
@@ -242,9 +270,11 @@ fn ustack(body: &str, at: usize) -> Option<Result<Fetch, ArgError>> {
 /// Parses `[NAME=]FETCHARG[:TYPE]`; `index` (1-based) names it `argN` when no NAME is given
 /// (`ustack` for `$ustack`).
 pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError> {
-    let (name, body, body_at) = match text.find('=').filter(|&i| is_name(&text[..i])) {
+    // An enum's enumerators (`{RED=0}`) hold '=' too.
+    let head = text.split('{').next().unwrap_or(text);
+    let (name, body, body_at) = match head.find('=').filter(|&i| is_name(&text[..i])) {
         Some(i) => (text[..i].to_string(), &text[i + 1..], i + 1),
-        None if text.contains('=') && !text.starts_with('\\') && !text.starts_with('+') && !text.starts_with('-') => {
+        None if head.contains('=') && !text.starts_with('\\') && !text.starts_with('+') && !text.starts_with('-') => {
             return err(0, "a NAME made of letters, digits and '_' before '='");
         }
         None => (format!("arg{index}"), text, 0),
@@ -259,7 +289,7 @@ pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError>
         } else {
             name
         };
-        return Ok(FetchArg { name, fetch: fetch?, ty: Type::STACK });
+        return Ok(FetchArg { name, fetch: fetch?, ty: Type::STACK, named: None });
     }
     // The type follows the last ':' outside of a quoted string.
     let (value, ty_text) = match split_type(body) {
@@ -268,13 +298,41 @@ pub fn parse(text: &str, index: usize, site: Site) -> Result<FetchArg, ArgError>
     };
     let fetch = parse_value(value, body_at, site)?;
     let ty_at = body_at + value.len() + 1;
+    let (ty_text, named) = match ty_text.and_then(|t| t.split_once('{')) {
+        Some((t, table)) => (Some(t), Some(enumerators(table, ty_at + t.len())?)),
+        None => (ty_text, None),
+    };
     let ty = match ty_text {
         Some(t) => parse_type(t, ty_at)?,
         None if matches!(fetch, Fetch::Comm | Fetch::ImmediateString(_)) => Type::STRING,
         None => Type::DEFAULT,
     };
     check(&fetch, &ty, body_at, ty_at)?;
-    Ok(FetchArg { name, fetch, ty })
+    let named = match named {
+        Some(values) if matches!(ty.base, Base::Unsigned | Base::Signed | Base::Hex) && ty.bitfield.is_none() => {
+            Some(Named::Enum(values.into_iter().map(|(v, n)| (ty.bits(v as u64), n)).collect()))
+        }
+        Some(_) => return err(ty_at, "enumerators {NAME=VALUE,...} only after an integer type (u32, s32, x32...)"),
+        None if ty_text.is_some_and(|t| t.split('[').next() == Some("bool")) => Some(Named::Bool),
+        None => None,
+    };
+    Ok(FetchArg { name, fetch, ty, named })
+}
+
+/// `NAME=VALUE,...}` (after the `{`), `at` where the `{` is.
+fn enumerators(table: &str, at: usize) -> Result<Vec<(i128, String)>, ArgError> {
+    let Some(inner) = table.strip_suffix('}') else { return err(at + table.len() + 1, "'}' closing the enumerators") };
+    let mut out = Vec::new();
+    for item in inner.split(',').filter(|i| !i.is_empty()) {
+        let value =
+            item.split_once('=').filter(|(n, _)| is_name(n)).and_then(|(n, v)| Some((number(v)?, n.to_string())));
+        match value {
+            Some((v, n)) if out.len() < MAX_ENUMERATORS => out.push((v, n)),
+            Some(_) => return err(at, format!("at most {MAX_ENUMERATORS} enumerators")),
+            None => return err(at + 1, format!("enumerators NAME=VALUE separated by ',', not {item:?}")),
+        }
+    }
+    Ok(out)
 }
 
 fn is_name(s: &str) -> bool {
@@ -426,6 +484,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
         "string" | "ustring" => Type { count, ..Type::STRING },
         "symbol" => simple(Base::Symbol, 64),
         "char" => simple(Base::Char, 8),
+        "bool" => simple(Base::Unsigned, 8),
         "f32" => simple(Base::Float, 32),
         "f64" => simple(Base::Float, 64),
         t if t.starts_with('b') => return parse_bitfield(t, at).map(|ty| Type { count, ..ty }),
@@ -447,7 +506,7 @@ pub fn parse_type(text: &str, at: usize) -> Result<Type, ArgError> {
 
 fn unknown_type(t: &str) -> String {
     format!(
-        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
+        "a type (u8..u64, s8..s64, x8..x64, f32, f64, char, bool, string, ustring, symbol, b<width>@<offset>/<container>), not {t:?}"
     )
 }
 
@@ -512,7 +571,10 @@ mod tests {
 
     #[test]
     fn registers_and_variables() {
-        assert_eq!(ok("%di"), FetchArg { name: "arg1".into(), fetch: Fetch::Reg(Reg(14)), ty: Type::DEFAULT });
+        assert_eq!(
+            ok("%di"),
+            FetchArg { name: "arg1".into(), fetch: Fetch::Reg(Reg(14)), ty: Type::DEFAULT, named: None }
+        );
         assert_eq!(ok("x=%rax:s32").fetch, Fetch::Reg(Reg(10)));
         assert_eq!(ok("x=%rax:s32").ty, Type { base: Base::Signed, size: 4, bitfield: None, count: None });
         assert_eq!(ok("f=%flags").fetch, Fetch::Reg(Reg(18)));
@@ -578,6 +640,34 @@ mod tests {
         assert_eq!(ok("%di:symbol").ty.base, Base::Symbol);
         assert_eq!(ok("+0(%di):char").ty.base, Base::Char);
         assert_eq!(ok("+0(%di):ustring").ty, Type::STRING);
+    }
+
+    #[test]
+    fn enumerators_name_values_of_their_size() {
+        let a = ok("c=%dx:u32{RED=0,GREEN=5,BLUE=-1}");
+        assert_eq!(a.ty, Type { base: Base::Unsigned, size: 4, bitfield: None, count: None });
+        let named = a.named.unwrap();
+        assert_eq!(named, Named::Enum(vec![(0, "RED".into()), (5, "GREEN".into()), (0xffff_ffff, "BLUE".into())]));
+        assert_eq!(named.name_of(&a.ty, 0x1_0000_0005), Some("GREEN"));
+        assert_eq!(named.name_of(&a.ty, 7), None);
+        assert_eq!(ok("+0(%di):s8[2]{A=0x1}").ty.count, Some(2));
+        assert_eq!(parse("$retval:u8{A=1}", 3, Site::Return).unwrap().name, "arg3");
+        assert_eq!(ok("%di:u8{}").named, Some(Named::Enum(Vec::new())));
+        assert!(bad("%di:u8{A=1", Site::Entry).what.starts_with("'}'"));
+        assert!(bad("%di:u8{A}", Site::Entry).what.starts_with("enumerators NAME=VALUE"));
+        assert!(bad("%di:u8{1=2}", Site::Entry).what.starts_with("enumerators NAME=VALUE"));
+        assert!(bad("+0(%di):string{A=1}", Site::Entry).what.starts_with("enumerators {NAME=VALUE,...} only"));
+        assert!(bad("%di:f64{A=1}", Site::Entry).what.starts_with("enumerators"));
+        let b = ok("ok=+40(%di):bool");
+        assert_eq!(
+            (b.ty, b.named.as_ref()),
+            (Type { base: Base::Unsigned, size: 1, bitfield: None, count: None }, Some(&Named::Bool))
+        );
+        assert_eq!(
+            (b.named.as_ref().unwrap().name_of(&b.ty, 0x101), Named::Bool.name_of(&b.ty, 2)),
+            (Some("true"), None)
+        );
+        assert_eq!(ok("+0(%di):bool[2]").named, Some(Named::Bool));
     }
 
     #[test]

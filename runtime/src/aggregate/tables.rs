@@ -303,10 +303,10 @@ pub fn show_part(
     let mut json = String::new();
     let text = match key {
         Key::Arg(a) => {
-            let ty = &args[a].ty;
+            let (ty, named) = (&args[a].ty, args[a].named.as_ref());
             let mut t = Vec::new();
-            format::text_value(&mut t, ty, &Value::Num(words[0]), names);
-            format::json_value(&mut json, ty, &Value::Num(words[0]), names);
+            format::text_value(&mut t, ty, named, &Value::Num(words[0]), names);
+            format::json_value(&mut json, ty, named, &Value::Num(words[0]), names);
             String::from_utf8_lossy(&t).into_owned()
         }
         Key::String(_) => {

@@ -13,7 +13,8 @@ use core::fmt::Write;
 
 use crate::trace::chain;
 use crate::trace::def::Kind;
-use crate::trace::fetch::{Base, Fetch, FetchArg, Type};
+use crate::trace::digits::{pad_left, pad_right, zero_pad, Digits};
+use crate::trace::fetch::{Base, Fetch, FetchArg, Named, Type};
 use crate::trace::record::{CALLER, COMM, FAULT, HEADER_LEN};
 
 /// A fetched value, decoded.
@@ -134,13 +135,24 @@ pub fn float(ty: &Type, v: u64) -> f64 {
     }
 }
 
+/// The name `named` gives a number, if one.
+fn name_of<'a>(ty: &Type, named: Option<&'a Named>, v: &Value) -> Option<&'a str> {
+    match v {
+        Value::Num(raw) => named?.name_of(ty, *raw),
+        _ => None,
+    }
+}
+
 /// How values are shown: symbols need the process's symbol tables.
 pub trait Symbols {
     fn symbolize(&mut self, addr: u64) -> String;
 }
 
-/// One value as the kernel prints it.
-pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbols) {
+/// One value as the kernel prints it, or by its name where `named` has one.
+pub fn text_value(out: &mut Vec<u8>, ty: &Type, named: Option<&Named>, v: &Value, syms: &mut dyn Symbols) {
+    if let Some(name) = name_of(ty, named, v) {
+        return out.extend_from_slice(name.as_bytes());
+    }
     match v {
         Value::Array(items) => {
             out.push(b'{');
@@ -148,7 +160,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
                 if i > 0 {
                     out.push(b',');
                 }
-                text_value(out, ty, item, syms);
+                text_value(out, ty, named, item, syms);
             }
             out.push(b'}');
         }
@@ -160,7 +172,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
         Value::Fault if ty.is_string() => out.extend_from_slice(b"(fault)"),
         Value::Comm => out.extend_from_slice(b"\"\""),
         Value::OptimizedOut => out.extend_from_slice(b"(optimized out)"),
-        Value::Fault => text_value(out, ty, &Value::Num(0), syms),
+        Value::Fault => text_value(out, ty, None, &Value::Num(0), syms),
         Value::Num(raw) => {
             let v = bits_of(ty, *raw);
             let mut digits = Digits::new();
@@ -184,68 +196,6 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, v: &Value, syms: &mut dyn Symbol
     }
 }
 
-/// A number's digits, written right to left into a small buffer (no formatting machinery:
-/// the drain thread formats every record).
-struct Digits([u8; 24]);
-
-impl Digits {
-    fn new() -> Digits {
-        Digits([0; 24])
-    }
-
-    /// `v` in decimal, with a '-' first when `negative`.
-    fn of(&mut self, mut v: u64, negative: bool) -> &[u8] {
-        let mut at = self.0.len();
-        loop {
-            at -= 1;
-            self.0[at] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        if negative {
-            at -= 1;
-            self.0[at] = b'-';
-        }
-        &self.0[at..]
-    }
-
-    /// `v` in lowercase hexadecimal, without a prefix.
-    fn hex(&mut self, mut v: u64) -> &[u8] {
-        let mut at = self.0.len();
-        loop {
-            at -= 1;
-            self.0[at] = b"0123456789abcdef"[(v & 15) as usize];
-            v >>= 4;
-            if v == 0 {
-                break;
-            }
-        }
-        &self.0[at..]
-    }
-}
-
-/// `text` right-aligned in `width` columns (counted in bytes, as the kernel's trace does).
-fn pad_left(out: &mut Vec<u8>, text: &[u8], width: usize) {
-    out.resize(out.len() + width.saturating_sub(text.len()), b' ');
-    out.extend_from_slice(text);
-}
-
-/// `text` left-aligned in `width` columns.
-fn pad_right(out: &mut Vec<u8>, text: &[u8], width: usize) {
-    out.extend_from_slice(text);
-    out.resize(out.len() + width.saturating_sub(text.len()), b' ');
-}
-
-/// `v` in decimal with leading zeros to `width` digits.
-fn zero_pad(out: &mut Vec<u8>, v: u64, width: usize) {
-    let mut digits = Digits::new();
-    let text = digits.of(v, false);
-    out.resize(out.len() + width.saturating_sub(text.len()), b'0');
-    out.extend_from_slice(text);
-}
-
 /// A JSON string, escaped (bytes that are not UTF-8 become U+FFFD).
 pub fn json_string(out: &mut String, bytes: &[u8]) {
     out.push('"');
@@ -265,8 +215,13 @@ pub fn json_string(out: &mut String, bytes: &[u8]) {
     out.push('"');
 }
 
-/// One value as JSON.
-pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols) {
+/// One value as JSON (a named value as its name's string).
+pub fn json_value(out: &mut String, ty: &Type, named: Option<&Named>, v: &Value, syms: &mut dyn Symbols) {
+    match (name_of(ty, named, v), named) {
+        (Some(name), Some(Named::Bool)) => return out.push_str(name),
+        (Some(name), _) => return json_string(out, name.as_bytes()),
+        (None, _) => {}
+    }
     match v {
         Value::Array(items) => {
             out.push('[');
@@ -274,7 +229,7 @@ pub fn json_value(out: &mut String, ty: &Type, v: &Value, syms: &mut dyn Symbols
                 if i > 0 {
                     out.push(',');
                 }
-                json_value(out, ty, item, syms);
+                json_value(out, ty, named, item, syms);
             }
             out.push(']');
         }
@@ -365,7 +320,7 @@ impl Line<'_> {
             out.push(b' ');
             out.extend_from_slice(arg.name.as_bytes());
             out.push(b'=');
-            text_value(out, &arg.ty, &self.value_of(v), syms);
+            text_value(out, &arg.ty, arg.named.as_ref(), &self.value_of(v), syms);
         }
         out.push(b'\n');
         // Stacks under the line, as `perf script` prints call chains, and a blank line.
@@ -390,11 +345,12 @@ impl Line<'_> {
                     json_value(
                         out,
                         &arg.ty,
+                        None,
                         &Value::Array(names.into_iter().map(|n| Value::Str(n.into())).collect()),
                         syms,
                     )
                 }
-                false => json_value(out, &arg.ty, &self.value_of(v), syms),
+                false => json_value(out, &arg.ty, arg.named.as_ref(), &self.value_of(v), syms),
             }
         }
         out.push('}');

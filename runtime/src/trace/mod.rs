@@ -10,7 +10,8 @@
 //! - [`read`]: fetchargs read at the hit, and predicates (`if EXPR`, `--filter`) run on
 //!   them before anything is recorded or counted; [`filter`]: what the predicates let
 //!   through, and `--max-events`;
-//! - [`mod@format`]: records as text, JSON and Chrome events (pure); [`chain`]: stacks
+//! - [`mod@format`]: records as text, JSON and Chrome events (pure; [`digits`]: numbers
+//!   written by hand); [`chain`]: stacks
 //!   (`$ustack`) in records, as call chains and arrays; [`chrome`]: one Chrome trace event;
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
@@ -31,6 +32,7 @@ pub mod chain;
 pub mod chrome;
 #[allow(unsafe_code)]
 pub mod clock;
+pub mod digits;
 #[allow(unsafe_code)]
 pub mod drain;
 #[allow(unsafe_code)]

@@ -244,7 +244,7 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Resul
 fn with_call_graph(mut def: Definition, settings: &Settings) -> Definition {
     if settings.call_graph && !def.args.iter().any(|a| a.is_stack()) {
         let stack = fetch::Fetch::Ustack(fetch::MAX_STACK_DEPTH);
-        def.args.push(fetch::FetchArg { name: "ustack".into(), fetch: stack, ty: fetch::Type::STACK });
+        def.args.push(fetch::FetchArg { name: "ustack".into(), fetch: stack, ty: fetch::Type::STACK, named: None });
     }
     def
 }

@@ -207,15 +207,15 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
             let container = types.size(ty).unwrap_or(4) * 8;
             format!("{fetch}:b{w}@{off}/{container}")
         }
-        (None, Some(Ty::Int { size, signed, .. } | Ty::Enum { size, signed, .. })) => {
-            format!("{fetch}:{}{}", if *signed { 's' } else { 'u' }, size * 8)
-        }
-        (None, Some(Ty::Pointer { .. })) => format!("{fetch}:x64"),
+        (None, Some(t @ (Ty::Int { .. } | Ty::Enum { .. }))) => format!("{fetch}:{}", integer(t, None)),
+        (None, Some(Ty::Pointer { .. })) => match loc.pointee().filter(|_| types.is_char_pointer(ty)) {
+            // A `char *` is the text it points to; `:x64` written by hand gives the pointer.
+            Some(p) => format!("{}:string", memory(&p, 0)),
+            None => format!("{fetch}:x64"),
+        },
         (None, Some(Ty::Array { elem, count: Some(n) })) if matches!(loc, Loc::Mem(..)) => match types.strip(*elem) {
             Some(Ty::Int { size: 1, .. }) => format!("{fetch}:string"),
-            Some(Ty::Int { size, signed, .. } | Ty::Enum { size, signed, .. }) if *n <= 64 => {
-                format!("{fetch}:{}{}[{n}]", if *signed { 's' } else { 'u' }, size * 8)
-            }
+            Some(t @ (Ty::Int { .. } | Ty::Enum { .. })) if *n <= 64 => format!("{fetch}:{}", integer(t, Some(*n))),
             Some(Ty::Pointer { .. }) if *n <= 64 => format!("{fetch}:x64[{n}]"),
             _ => return Err(format!("{path} (of type {}): name an element ({path}[0])", types.name(ty))),
         },
@@ -230,6 +230,63 @@ pub fn fetcharg(a: &Access, vars: &[Variable], types: &Table, func: &str) -> Res
         (None, _) => return Err(format!("{path} (of type {}) has no value to show", types.name(ty))),
     };
     Ok(format!("{name}={typed}"))
+}
+
+/// The fetcharg of `$retval` (as `NAME=` when `name` is given) typed from the function's
+/// return type `ret` (None: `void`), by the System V ABI: integers, enums and pointers in
+/// %rax, `float` and `double` in %xmm0, a `char *` as the text it points to.
+pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: &str) -> Result<String, String> {
+    let what = types.name(ret);
+    let fetch = match types.strip(ret) {
+        None if ret.is_none() => return Err(format!("{func} returns void: it has no $retval")),
+        Some(t @ (Ty::Int { size: 1 | 2 | 4 | 8, .. } | Ty::Enum { size: 1 | 2 | 4 | 8, .. })) => {
+            format!("$retval:{}", integer(t, None))
+        }
+        Some(Ty::Pointer { .. }) if types.is_char_pointer(ret) => "+0($retval):string".to_string(),
+        Some(Ty::Pointer { .. }) => "$retval:x64".to_string(),
+        Some(Ty::Float { size: size @ (4 | 8) }) => format!("%xmm0:f{}", size * 8),
+        Some(Ty::Float { .. }) => {
+            return Err(format!(
+                "{func} returns {what}, which is returned in %st0: probes do not read the x87 registers"
+            ))
+        }
+        Some(Ty::Struct { size, .. }) if *size <= 16 => {
+            return Err(format!(
+                "{func} returns {what} by value ({size} bytes, in registers): $retval is one register; \
+                 read the parts by hand (%ax, %dx, %xmm0, %xmm1)"
+            ))
+        }
+        // Returned in memory the caller gave: %rax holds its address.
+        Some(Ty::Struct { .. }) => "$retval:x64".to_string(),
+        _ => return Err(format!("{func} returns {what}, which $retval cannot show")),
+    };
+    Ok(match name {
+        Some(n) => format!("{n}={fetch}"),
+        None => fetch,
+    })
+}
+
+/// The fetcharg type of an integer or an enum (`s32`, `u8[4]`), an enum's with its
+/// enumerators (`u32{RED=0,GREEN=5}`) so its values show by name, except an enum too big to
+/// carry them (its values show as numbers).
+fn integer(t: &Ty, count: Option<u64>) -> String {
+    let (size, signed, values) = match t {
+        Ty::Int { size: 1, boolean: true, .. } => {
+            return format!("bool{}", count.map_or(String::new(), |n| format!("[{n}]")))
+        }
+        Ty::Int { size, signed, .. } => (*size, *signed, &[][..]),
+        Ty::Enum { size, signed, values } => (*size, *signed, &values[..]),
+        _ => return String::new(),
+    };
+    let mut out = format!("{}{}", if signed { 's' } else { 'u' }, u32::from(size) * 8);
+    if let Some(n) = count {
+        out.push_str(&format!("[{n}]"));
+    }
+    if !values.is_empty() && values.len() <= uprobe_contracts::fetch::MAX_ENUMERATORS {
+        let items: Vec<String> = values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        out.push_str(&format!("{{{}}}", items.join(",")));
+    }
+    out
 }
 
 /// `loc` moved `by` bytes: only a value in memory has parts at offsets.

@@ -244,7 +244,7 @@ impl Module {
                 Variable { name, type_name: types.name(ty), param, loc, ty }
             })
             .collect();
-        Ok(Function { name: func.into(), entry, variables, types })
+        Ok(Function { name: func.into(), entry, variables, ret: type_of(units, unit, at), types })
     }
 }
 
@@ -254,6 +254,8 @@ pub struct Function {
     /// The link-time address of its entry.
     pub entry: u64,
     pub variables: Vec<Variable>,
+    /// Its return type (None: `void`).
+    ret: Option<UnitOffset>,
     types: Table,
 }
 
@@ -451,16 +453,39 @@ pub fn names_variables(text: &str) -> bool {
     fetch_words(text).iter().any(|w| access::is_dwarf(w))
 }
 
-/// The definitions with each DWARF name replaced by its fetcharg; the others unchanged.
+/// `$retval` written without a type (`$retval`, `NAME=$retval`): Some(NAME given).
+fn untyped_retval(word: &str) -> Option<Option<&str>> {
+    match word.split_once('=') {
+        Some((n, "$retval")) => Some(Some(n)),
+        None if word == "$retval" => Some(None),
+        _ => None,
+    }
+}
+
+/// Whether a definition is a return event at a function that reads `$retval` without a
+/// type, which the function's DWARF (when it has some) types.
+pub fn types_retval(text: &str) -> bool {
+    let words = def::words(text);
+    let [(_, head), (_, place), ..] = words.as_slice() else { return false };
+    let at_function = def::parse(&format!("{head} {place}"))
+        .is_ok_and(|p| p.kind == Kind::Return && matches!(p.place, Place::Symbol { .. }));
+    at_function && fetch_words(text).iter().any(|w| untyped_retval(w).is_some())
+}
+
+/// The definitions with each DWARF name replaced by its fetcharg, and `$retval` typed from
+/// the function's return type where the DWARF has the function; the others unchanged.
 /// `program` is where a function without a MODULE is looked up.
 pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> {
     let mut loaded: HashMap<PathBuf, Module> = HashMap::new();
     let mut out = Vec::with_capacity(defs.len());
     for text in defs {
-        if !names_variables(text) {
+        let names = names_variables(text);
+        if !names && !types_retval(text) {
             out.push(text.clone());
             continue;
         }
+        // `$retval` alone stays the kernel's x64 where no DWARF tells its type.
+        let keep = !names;
         let refuse = |reason: String| Error::Usdt { def: text.clone(), reason };
         let words = def::words(text);
         let (head, place) = match words.as_slice() {
@@ -471,19 +496,43 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
         let Place::Symbol { module, name, offset } = &probe.place else {
             return Err(refuse("DWARF variables are read at a function: WHERE is FUNC[+OFFSET] or MODULE:FUNC".into()));
         };
+        if def::is_glob(name) && keep {
+            out.push(text.clone());
+            continue;
+        }
         if def::is_glob(name) {
             return Err(refuse(format!("DWARF variables are read at one function, not a glob ({name})")));
         }
-        let file = match module {
-            None => program.to_path_buf(),
-            Some(m) => super::usdt::module_path(m, program)
-                .ok_or_else(|| refuse(format!("no module {m:?}: not the program, none of its libraries")))?,
+        let file = match (module, keep) {
+            (None, _) => program.to_path_buf(),
+            (Some(m), _) => match super::usdt::module_path(m, program) {
+                Some(f) => f,
+                None if keep => {
+                    out.push(text.clone());
+                    continue;
+                }
+                None => return Err(refuse(format!("no module {m:?}: not the program, none of its libraries"))),
+            },
         };
         if !loaded.contains_key(&file) {
-            loaded.insert(file.clone(), Module::load(&file).map_err(&refuse)?);
+            match Module::load(&file) {
+                Ok(m) => loaded.insert(file.clone(), m),
+                Err(_) if keep => {
+                    out.push(text.clone());
+                    continue;
+                }
+                Err(why) => return Err(refuse(why)),
+            };
         }
         let m = &loaded[&file];
-        let f = m.function(name, *offset).map_err(&refuse)?;
+        let f = match m.function(name, *offset) {
+            Ok(f) => f,
+            Err(_) if keep => {
+                out.push(text.clone());
+                continue;
+            }
+            Err(why) => return Err(refuse(why)),
+        };
         let args = fetchargs(text, &f, &f.name, probe.kind == Kind::Return).map_err(&refuse)?;
         let line = with_args(text, &placed(m, &file, &probe, head, place, &f, *offset).map_err(&refuse)?, &args);
         out.push(line);
@@ -524,6 +573,10 @@ fn placed(
 pub fn fetchargs(text: &str, f: &Function, at: &str, ret: bool) -> Result<Vec<String>, String> {
     let mut args = Vec::new();
     for w in fetch_words(text) {
+        if let Some(name) = untyped_retval(w).filter(|_| ret) {
+            args.push(access::retval(name, f.ret, &f.types, at)?);
+            continue;
+        }
         if !access::is_dwarf(w) {
             args.push(w.to_string());
             continue;

@@ -281,6 +281,23 @@ impl Table {
         }
     }
 
+    /// Whether `off` is a pointer to `char` (through typedefs and qualifiers: `const char *`),
+    /// which is shown as the text it points to. `unsigned char *` and `uint8_t *` are bytes.
+    pub fn is_char_pointer(&self, off: Option<UnitOffset>) -> bool {
+        let Some(Ty::Pointer { to }) = self.strip(off) else { return false };
+        let mut at = *to;
+        for _ in 0..16 {
+            match at.and_then(|o| self.tys.get(&o).map(|t| (o, t))) {
+                Some((_, Ty::Alias { to })) => at = *to,
+                Some((o, Ty::Int { size: 1, boolean: false, .. })) => {
+                    return self.names.get(&o).is_some_and(|n| n == "char")
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// The size in bytes of a type.
     pub fn size(&self, off: Option<UnitOffset>) -> Option<u64> {
         Some(match self.strip(off)? {
