@@ -16,8 +16,12 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
         true => Err(Error::Aggregate { option, reason }),
         false => Ok(()),
     };
-    needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
-    needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
+    needs(cli.by.is_some() && !aggregating, "--by", "splits a report: it needs --count, --hist, --lhist or --latency")?;
+    needs(
+        cli.top.is_some() && !cli.count && cli.by.is_none(),
+        "--top",
+        "keeps the largest counts or keys: it needs --count or --by",
+    )?;
     needs(
         cli.cumulative && cli.interval.is_none(),
         "--cumulative",
@@ -119,8 +123,15 @@ mod tests {
     #[test]
     fn refusals_name_the_option() {
         let refused = |args: &[&str]| spec_of(args).unwrap_err();
-        assert_eq!(refused(&["-e", "p t:f", "--by", "tid"]), "--by: counts per key need --count");
-        assert_eq!(refused(&["-e", "p t:f", "--top", "2"]), "--top: keeps the largest counts: it needs --count");
+        assert_eq!(
+            refused(&["-e", "p t:f", "--by", "tid"]),
+            "--by: splits a report: it needs --count, --hist, --lhist or --latency"
+        );
+        assert_eq!(
+            refused(&["-e", "p t:f", "--top", "2"]),
+            "--top: keeps the largest counts or keys: it needs --count or --by"
+        );
+        assert!(spec_of(&["--latency", "t:f", "--by", "ustack:4", "--top", "2"]).is_ok());
         assert!(refused(&["--latency", "f", "--cumulative"]).starts_with("--cumulative: "));
         assert!(refused(&["-e", "p t:f", "--interval", "1"]).starts_with("--interval: needs a report"));
         assert!(refused(&["--count"]).starts_with("--count: no events to count"));

@@ -245,6 +245,11 @@ fn report(end: bool) {
         for (lat, (min, max)) in shown.latencies.iter_mut().zip(merge::extremes(plans, closing)) {
             (lat.min, lat.max) = if lat.calls > 0 { (min, max) } else { (None, None) };
         }
+        let keyed = merge::keyed_extremes(plans, closing);
+        for (k, lat) in shown.keyed_latencies.iter_mut() {
+            let (min, max) = keyed.get(k).copied().unwrap_or_default();
+            (lat.min, lat.max) = if lat.calls > 0 { (min, max) } else { (None, None) };
+        }
     }
     let frame = Frame {
         pid: sys::getpid(),
