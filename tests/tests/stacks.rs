@@ -648,6 +648,13 @@ fn timed_calls_split_by_stack_and_by_argument() {
         got.iter().map(|(k, (h, _))| (k[0].clone(), h.split(',').next().unwrap().to_string())).collect();
     let expected = [("0", "2 calls"), ("1", "2 calls"), ("2", "2 calls"), ("3", "1 call"), ("4", "1 call")];
     assert_eq!(calls, expected.map(|(k, c)| (k.to_string(), c.to_string())), "{}", run.output);
+
+    // An interval report: each key's and the whole function's min and max of that interval.
+    let run = run_ok(&["--interval", "10", "--latency", &f5, "--by", "arg1", prog, "chain", "3", "5"]);
+    assert!(run.output.starts_with("interval 1: "), "{}", run.output);
+    let heads: Vec<&str> = run.output.lines().filter(|l| l.starts_with("latency ") || l.starts_with("@[")).collect();
+    assert_eq!(heads.len(), 6, "{}", run.output);
+    assert!(heads.iter().all(|h| h.contains(", total ") && !h.contains("min -")), "{}", run.output);
 }
 
 #[test]
