@@ -670,3 +670,27 @@ fn a_key_a_timed_call_cannot_give_is_refused_before_the_program_starts() {
          ustack[:DEPTH] or arg1 to arg6 (the function's arguments at its entry)\n"
     );
 }
+
+#[test]
+fn timed_calls_split_by_stack_in_an_attach() {
+    need_ptrace!();
+    let p = stacks();
+    let mut target = Target::start(&p, &["gated", "2", "1"]);
+    let out = tempfile("stacks-attach-latency");
+    let out_s = out.to_str().unwrap();
+    let f5 = format!("{}:f5", p.display());
+    let mut session = Session::start(target.pid, &["-o", out_s, "--latency", &f5, "--by", "ustack:6"]);
+    target.send("go");
+    target.out.expect("done");
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0), "the fixture");
+    let (status, _) = session.wait();
+    assert!(status.success(), "{:?}", session.own_lines());
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let got = split_keys(&text, "latency f5 by ustack:6: 3 calls");
+    let calls: Vec<(&str, &str)> =
+        got.iter().map(|(k, (h, _))| (k[5].as_str(), h.split(',').next().unwrap())).collect();
+    assert_eq!(calls, [("path_a", "2 calls"), ("path_b", "1 call")], "{text}");
+    assert!(got.keys().all(|k| strs(&k[..5]) == ["f5", "f4", "f3", "f2", "f1"]), "{text}");
+}
