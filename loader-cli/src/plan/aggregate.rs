@@ -41,9 +41,18 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
     // runtime's to check, against the definitions.
     let stacks = cli.count && cli.by.is_some();
     let folded = cli.format == Some(Format::Folded);
-    needs(folded && !stacks, "--format folded", "folds the stacks of --count --by ustack")?;
-    let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
-    needs(folded && timed, "--format folded", "histograms and timed calls have no stacks to fold")?;
+    let timed = !cli.latency.is_empty() && cli.by.is_some();
+    needs(
+        folded && !stacks && !timed,
+        "--format folded",
+        "folds the stacks of --count --by ustack or of --latency --by ustack",
+    )?;
+    needs(
+        folded && stacks && timed,
+        "--format folded",
+        "folds counts or timed calls (total ns), not both in one report",
+    )?;
+    needs(folded && histograms, "--format folded", "histograms have no stacks to fold")?;
     needs(cli.flamegraph.is_some() && !stacks, "--flamegraph", "draws the stacks of --count --by ustack")?;
     needs(
         cli.flamegraph.is_some() && cli.pid.is_some(),
