@@ -243,7 +243,15 @@ fn key_of<'s>(
                 Some(())
             }
             Key::Reg(n) => {
-                w[0] = [regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9][usize::from(n) % 6];
+                // A match, not an array of the registers: that one is built with vector moves.
+                w[0] = match n {
+                    0 => regs.rdi,
+                    1 => regs.rsi,
+                    2 => regs.rdx,
+                    3 => regs.rcx,
+                    4 => regs.r8,
+                    _ => regs.r9,
+                };
                 Some(())
             }
         };
