@@ -412,11 +412,16 @@ fn two_threads_count_their_own_calls() {
     ]));
     assert_eq!(r.stdout, "tick 3000 nap 4\n");
     let o = objects(&r);
-    let mut per_thread: Vec<u64> =
-        o.iter().filter(|o| o.get("key").is_some()).map(|o| o["count"].as_u64().unwrap()).collect();
+    let keyed = |kind: &str| -> Vec<&serde_json::Value> {
+        o.iter().filter(|o| o["kind"] == kind && o.get("key").is_some()).collect()
+    };
+    let mut per_thread: Vec<u64> = keyed("count").iter().map(|o| o["count"].as_u64().unwrap()).collect();
     per_thread.sort();
     assert_eq!(per_thread, [1000, 2000]);
-    assert!(o.iter().filter(|o| o.get("key").is_some()).all(|o| o["key"].as_i64().unwrap() > 0));
+    assert!(keyed("count").iter().all(|o| o["key"].as_i64().unwrap() > 0));
+    // The timed calls are split by thread too.
+    assert_eq!(keyed("latency").iter().map(|o| o["count"].as_u64().unwrap()).sum::<u64>(), 4);
+    assert!(keyed("latency").iter().all(|o| o["key"].as_i64().unwrap() > 0));
     assert_eq!(the(&o, "count", "event", "tick")["count"], 3000);
     let nap = the(&o, "latency", "function", "nap");
     assert_eq!((nap["count"].as_u64(), nap["entered"].as_u64()), (Some(4), Some(4)));
@@ -502,7 +507,7 @@ fn what_does_not_fit_is_refused_before_the_program_starts() {
         ),
         (args(&["--latency", &format!("{p}:nosuch")]), format!("uprobe-run: --latency '{p}:nosuch': at column 1: expected a function named \"nosuch\" in {p}")),
         (args(&["--count", "--top", "2", "--by", "tid"]), "uprobe-run: --count: no events to count (define them with -e or --events)".into()),
-        (args(&["--by", "tid", "-e", &value]), "uprobe-run: --by: counts per key need --count".into()),
+        (args(&["--by", "tid", "-e", &value]), "uprobe-run: --by: splits a report: it needs --count, --hist, --lhist or --latency".into()),
     ];
     for (mut a, expected) in cases {
         a.extend([p.clone(), "counts".into()]);

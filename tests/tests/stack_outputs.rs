@@ -233,15 +233,21 @@ fn folded_stacks_and_flamegraphs_need_a_stack_key() {
     let def = leaf(&p);
     let svg = tempfile("flame").with_extension("svg");
     let cases: [(&[&str], &str); 9] = [
-        (&["--count", "--format", "folded"], "--format folded: folds the stacks of --count --by ustack"),
+        (
+            &["--count", "--format", "folded"],
+            "--format folded: folds the stacks of --count --by ustack or of --latency --by ustack",
+        ),
         (
             &["--count", "--by", "tid", "--format", "folded"],
             "--format folded: no key of --by is a stack (ustack[:DEPTH], or an argument $ustack)",
         ),
-        (&["--format", "folded"], "--format folded: folds the stacks of --count --by ustack"),
+        (
+            &["--format", "folded"],
+            "--format folded: folds the stacks of --count --by ustack or of --latency --by ustack",
+        ),
         (
             &["--count", "--by", "ustack", "--hist", "leaf.x", "--format", "folded"],
-            "--format folded: histograms and timed calls have no stacks to fold",
+            "--format folded: histograms have no stacks to fold",
         ),
         (&["--count", "--flamegraph", svg.to_str().unwrap()], "--flamegraph: draws the stacks of --count --by ustack"),
         (
@@ -255,7 +261,7 @@ fn folded_stacks_and_flamegraphs_need_a_stack_key() {
         ),
         (
             &["--count", "--by", "ustack", "--latency", "leaf", "--pprof", svg.to_str().unwrap()],
-            "--pprof: histograms and timed calls have no stacks to write",
+            "--pprof: writes the stacks of counted hits, not of timed calls (--latency)",
         ),
     ];
     for (args, line) in cases {
@@ -380,5 +386,33 @@ fn a_stack_fetcharg_counts_as_a_stack_key() {
     assert_eq!(
         run.stderr,
         "uprobe-run: --hist 'leaf.st': argument st of event leaf is a stack: a histogram needs a number\n"
+    );
+}
+
+#[test]
+fn timed_calls_fold_by_stack_weighed_by_their_total_ns() {
+    let p = stacks();
+    let prog = p.to_str().unwrap();
+    let f5 = format!("{prog}:f5");
+    let run = run_uprobe(&["--latency", &f5, "--by", "ustack", "--format", "folded", prog, "chain", "3", "5"]);
+    assert!(run.status.success(), "{}{}", run.stderr, run.output);
+    assert_eq!(run.stdout, "done\n");
+    let lines: Vec<(&str, u64)> =
+        run.output.lines().map(|l| l.rsplit_once(' ').map(|(s, n)| (s, n.parse().unwrap())).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{}", run.output);
+    for path in ["path_a", "path_b"] {
+        let (stack, ns) = lines.iter().find(|(s, _)| s.contains(path)).unwrap();
+        assert!(stack.ends_with(&format!(";main;{path};f1;f2;f3;f4;f5")), "{stack}");
+        // The calls' total: some ns each, far below a second even on a loaded machine.
+        assert!(*ns > 0 && *ns < 1_000_000_000, "{ns}");
+    }
+    let whole = run_uprobe(&["--latency", &f5, "--by", "ustack", "--format", "json", prog, "chain", "3", "5"]);
+    assert!(whole.output.contains("\"keys\":2"), "{}", whole.output);
+    let refused =
+        run_uprobe(&["-e", &leaf(&p), "--count", "--by", "ustack", "--latency", &f5, "--format", "folded", prog]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        refused.stderr,
+        "uprobe-run: --format folded: folds counts or timed calls (total ns), not both in one report\n"
     );
 }

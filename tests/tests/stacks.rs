@@ -546,3 +546,151 @@ fn stacks_of_an_attach_equal_a_launchs() {
         ends_at_start(&names);
     }
 }
+
+/// The keys of a split report's section `title`: each key (a stack's function names, or the
+/// key's text) with its line after `]: ` or `]: ` and its bucket lines.
+fn split_keys(text: &str, title: &str) -> BTreeMap<Vec<String>, (String, Vec<String>)> {
+    let mut out = BTreeMap::new();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(title));
+    lines.next().unwrap_or_else(|| panic!("no {title}:\n{text}"));
+    let (mut key, mut head, mut buckets) = (Vec::new(), String::new(), Vec::new());
+    for line in lines {
+        if line == "@[" {
+            key.clear();
+        } else if let Some(frame) = line.strip_prefix("    ") {
+            key.push(function(frame));
+        } else if let Some(rest) = line.strip_prefix("]: ") {
+            head = rest.to_string();
+        } else if let Some((k, rest)) = line.strip_prefix("@[").and_then(|l| l.split_once("]: ")) {
+            key = vec![k.to_string()];
+            head = rest.to_string();
+        } else if line.starts_with('[') || line.starts_with('(') && line.contains('|') {
+            buckets.push(line.split(" |").next().unwrap().split_whitespace().collect::<Vec<_>>().join(" "));
+        } else if line.is_empty() && !key.is_empty() {
+            out.insert(std::mem::take(&mut key), (std::mem::take(&mut head), std::mem::take(&mut buckets)));
+        } else {
+            break;
+        }
+    }
+    if !key.is_empty() {
+        out.insert(key, (head, buckets));
+    }
+    out
+}
+
+fn run_ok(args: &[&str]) -> Run {
+    let run = run_uprobe(args);
+    assert!(run.status.success(), "{}{}", run.stderr, run.output);
+    assert_eq!(run.stdout, "done\n");
+    run
+}
+
+#[test]
+fn histograms_split_by_stack_count_each_paths_values_exactly() {
+    let p = stacks();
+    let def = format!("p:leaf {}:leaf n=%di:s32", p.display());
+    let prog = p.to_str().unwrap();
+    let run = run_ok(&["-e", &def, "--hist", "leaf.n", "--by", "ustack:9", prog, "chain", "3", "5"]);
+    let got = split_keys(&run.output, "hist leaf.n by ustack:9: 8 values, 2 keys");
+    let chain = ["leaf", "f6", "f5", "f4", "f3", "f2", "f1"];
+    // path_a passes 0, 1, 2; path_b 0 to 4; the most values first.
+    let expected = [
+        ("path_b", "5 values", vec!["[0] 1", "[1] 1", "[2, 4) 2", "[4, 8) 1"]),
+        ("path_a", "3 values", vec!["[0] 1", "[1] 1", "[2, 4) 1"]),
+    ];
+    assert_eq!(got.len(), 2, "{}", run.output);
+    for (path, head, buckets) in expected {
+        let (stack, (h, b)) = got.iter().find(|(s, _)| s[7] == path).unwrap();
+        assert_eq!((strs(&stack[..7]), stack[8].as_str()), (chain.to_vec(), "main"));
+        assert_eq!((h.as_str(), strs(b)), (head, buckets));
+    }
+    let b_first = run.output.find("path_b+").unwrap() < run.output.find("path_a+").unwrap();
+    assert!(b_first, "{}", run.output);
+
+    // A linear histogram, with the thread beside the stack, kept to the first key (--top).
+    let run =
+        run_ok(&["-e", &def, "--lhist", "leaf.n,0,4,2", "--by", "tid,ustack:8", "--top", "1", prog, "chain", "3", "5"]);
+    assert!(run.output.contains("lhist leaf.n,0,4,2 by tid,ustack:8: 8 values, 2 keys\n@["), "{}", run.output);
+    assert!(run.output.contains("]: 5 values\n[0, 2)                 2 |"), "{}", run.output);
+    assert!(run.output.contains("[4, ...)               1 |"), "{}", run.output);
+    assert!(run.output.ends_with("(1 more key: 3 values)\n\n"), "{}", run.output);
+}
+
+#[test]
+fn timed_calls_split_by_stack_and_by_argument() {
+    let p = stacks();
+    let prog = p.to_str().unwrap();
+    let f5 = format!("{prog}:f5");
+    let run = run_ok(&["--latency", &f5, "--by", "ustack:6", "--format", "json", prog, "chain", "3", "5"]);
+    let lines: Vec<serde_json::Value> = run.output.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        (lines.len(), &lines[0]["keys"], &lines[0]["count"], &lines[0]["not_split"]),
+        (3, &2.into(), &8.into(), &0.into())
+    );
+    let mut got: Vec<(String, u64, u64)> = lines[1..]
+        .iter()
+        .map(|o| {
+            let frames: Vec<String> =
+                o["key"].as_array().unwrap().iter().map(|f| function(f.as_str().unwrap())).collect();
+            assert_eq!(strs(&frames[..4]), ["f5", "f4", "f3", "f2"]);
+            let in_buckets: u64 = o["buckets"].as_array().unwrap().iter().map(|b| b[2].as_u64().unwrap()).sum();
+            (frames[5].clone(), o["count"].as_u64().unwrap(), in_buckets)
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, [("path_a".into(), 3, 3), ("path_b".into(), 5, 5)]);
+    assert!(lines[1..].iter().all(|o| o["entered"] == o["count"] && o["min_ns"].as_u64() <= o["max_ns"].as_u64()));
+
+    // arg1: the function's first argument at its entry (f5(n): 0, 1, 2 then 0 to 4).
+    let run = run_ok(&["--latency", &f5, "--by", "arg1", prog, "chain", "3", "5"]);
+    let got = split_keys(&run.output, "latency f5 by arg1: 8 calls");
+    let calls: Vec<(String, String)> =
+        got.iter().map(|(k, (h, _))| (k[0].clone(), h.split(',').next().unwrap().to_string())).collect();
+    let expected = [("0", "2 calls"), ("1", "2 calls"), ("2", "2 calls"), ("3", "1 call"), ("4", "1 call")];
+    assert_eq!(calls, expected.map(|(k, c)| (k.to_string(), c.to_string())), "{}", run.output);
+
+    // An interval report: each key's and the whole function's min and max of that interval.
+    let run = run_ok(&["--interval", "10", "--latency", &f5, "--by", "arg1", prog, "chain", "3", "5"]);
+    assert!(run.output.starts_with("interval 1: "), "{}", run.output);
+    let heads: Vec<&str> = run.output.lines().filter(|l| l.starts_with("latency ") || l.starts_with("@[")).collect();
+    assert_eq!(heads.len(), 6, "{}", run.output);
+    assert!(heads.iter().all(|h| h.contains(", total ") && !h.contains("min -")), "{}", run.output);
+}
+
+#[test]
+fn a_key_a_timed_call_cannot_give_is_refused_before_the_program_starts() {
+    let p = stacks();
+    let prog = p.to_str().unwrap();
+    let run = run_uprobe(&["--latency", &format!("{prog}:f5"), "--by", "size", prog, "chain", "1", "0"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.stdout, "");
+    assert_eq!(
+        run.stderr,
+        "uprobe-run: --by 'size': --latency cannot split calls by size: a timed call's key is tid, comm, caller, \
+         ustack[:DEPTH] or arg1 to arg6 (the function's arguments at its entry)\n"
+    );
+}
+
+#[test]
+fn timed_calls_split_by_stack_in_an_attach() {
+    need_ptrace!();
+    let p = stacks();
+    let mut target = Target::start(&p, &["gated", "2", "1"]);
+    let out = tempfile("stacks-attach-latency");
+    let out_s = out.to_str().unwrap();
+    let f5 = format!("{}:f5", p.display());
+    let mut session = Session::start(target.pid, &["-o", out_s, "--latency", &f5, "--by", "ustack:6"]);
+    target.send("go");
+    target.out.expect("done");
+    let (status, _) = target.finish();
+    assert_eq!(status.code(), Some(0), "the fixture");
+    let (status, _) = session.wait();
+    assert!(status.success(), "{:?}", session.own_lines());
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let got = split_keys(&text, "latency f5 by ustack:6: 3 calls");
+    let calls: Vec<(&str, &str)> =
+        got.iter().map(|(k, (h, _))| (k[5].as_str(), h.split(',').next().unwrap())).collect();
+    assert_eq!(calls, [("path_a", "2 calls"), ("path_b", "1 call")], "{text}");
+    assert!(got.keys().all(|k| strs(&k[..5]) == ["f5", "f4", "f3", "f2", "f1"]), "{text}");
+}

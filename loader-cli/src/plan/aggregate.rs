@@ -16,8 +16,12 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
         true => Err(Error::Aggregate { option, reason }),
         false => Ok(()),
     };
-    needs(cli.by.is_some() && !cli.count, "--by", "counts per key need --count")?;
-    needs(cli.top.is_some() && !cli.count, "--top", "keeps the largest counts: it needs --count")?;
+    needs(cli.by.is_some() && !aggregating, "--by", "splits a report: it needs --count, --hist, --lhist or --latency")?;
+    needs(
+        cli.top.is_some() && !cli.count && cli.by.is_none(),
+        "--top",
+        "keeps the largest counts or keys: it needs --count or --by",
+    )?;
     needs(
         cli.cumulative && cli.interval.is_none(),
         "--cumulative",
@@ -37,12 +41,25 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
     // runtime's to check, against the definitions.
     let stacks = cli.count && cli.by.is_some();
     let folded = cli.format == Some(Format::Folded);
-    needs(folded && !stacks, "--format folded", "folds the stacks of --count --by ustack")?;
-    let timed = !cli.hists.is_empty() || !cli.lhists.is_empty() || !cli.latency.is_empty();
-    needs(folded && timed, "--format folded", "histograms and timed calls have no stacks to fold")?;
+    let timed = !cli.latency.is_empty() && cli.by.is_some();
+    needs(
+        folded && !stacks && !timed,
+        "--format folded",
+        "folds the stacks of --count --by ustack or of --latency --by ustack",
+    )?;
+    needs(
+        folded && stacks && timed,
+        "--format folded",
+        "folds counts or timed calls (total ns), not both in one report",
+    )?;
+    needs(folded && histograms, "--format folded", "histograms have no stacks to fold")?;
     needs(cli.flamegraph.is_some() && !stacks, "--flamegraph", "draws the stacks of --count --by ustack")?;
     needs(cli.pprof.is_some() && !stacks, "--pprof", "writes the stacks of --count --by ustack")?;
-    needs(cli.pprof.is_some() && timed, "--pprof", "histograms and timed calls have no stacks to write")?;
+    needs(
+        cli.pprof.is_some() && timed,
+        "--pprof",
+        "writes the stacks of counted hits, not of timed calls (--latency)",
+    )?;
     let flamegraph = whole_path("--flamegraph", cli.flamegraph.as_deref())?;
     let pprof = whole_path("--pprof", cli.pprof.as_deref())?;
 
@@ -114,8 +131,15 @@ mod tests {
     #[test]
     fn refusals_name_the_option() {
         let refused = |args: &[&str]| spec_of(args).unwrap_err();
-        assert_eq!(refused(&["-e", "p t:f", "--by", "tid"]), "--by: counts per key need --count");
-        assert_eq!(refused(&["-e", "p t:f", "--top", "2"]), "--top: keeps the largest counts: it needs --count");
+        assert_eq!(
+            refused(&["-e", "p t:f", "--by", "tid"]),
+            "--by: splits a report: it needs --count, --hist, --lhist or --latency"
+        );
+        assert_eq!(
+            refused(&["-e", "p t:f", "--top", "2"]),
+            "--top: keeps the largest counts or keys: it needs --count or --by"
+        );
+        assert!(spec_of(&["--latency", "t:f", "--by", "ustack:4", "--top", "2"]).is_ok());
         assert!(refused(&["--latency", "f", "--cumulative"]).starts_with("--cumulative: "));
         assert!(refused(&["-e", "p t:f", "--interval", "1"]).starts_with("--interval: needs a report"));
         assert!(refused(&["--count"]).starts_with("--count: no events to count"));
@@ -130,8 +154,8 @@ mod tests {
             "--pprof: writes the stacks of --count --by ustack"
         );
         assert_eq!(
-            refused(&["-e", "p t:f", "--count", "--by", "ustack", "--hist", "f.a", "--pprof", "x.pb.gz"]),
-            "--pprof: histograms and timed calls have no stacks to write"
+            refused(&["-e", "p t:f", "--count", "--by", "ustack", "--latency", "f", "--pprof", "x.pb.gz"]),
+            "--pprof: writes the stacks of counted hits, not of timed calls (--latency)"
         );
     }
 }

@@ -18,7 +18,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use crate::aggregate::plan::{Layout, KEY_SLOTS};
+use crate::aggregate::plan::Layout;
 use crate::base::sys;
 use crate::insn::vector;
 use crate::probe::thread;
@@ -175,16 +175,32 @@ impl Block {
         self.set(i, self.get(i).wrapping_add(n));
     }
 
-    /// Counts one hit of `event` under `key` in the block's table (its owner only); false when
-    /// the key found no room. A slot is `[tag, count, key words]`, tag 0 for a free one; a new
-    /// key's words are written before its tag, so a reader that sees the tag sees the key.
+    /// Counts one hit under `tag` and `key` in the block's table (its owner only); false when
+    /// the key found no room.
     #[inline]
     pub fn count_key(self, layout: &Layout, tag: u64, key: &[u64]) -> bool {
+        match self.slot(layout, tag, key) {
+            Some(at) => {
+                self.add(at + 1, 1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The first word of the slot of `tag` and `key` in the block's table, taken for them if
+    /// they have none yet (its owner only); None when the key found no room. A slot is
+    /// `[tag, count, key words, values]`, tag 0 for a free one; a new key's words are written
+    /// before its tag, so a reader that sees the tag sees the key. Its count and values start
+    /// at 0 (the block's fresh words).
+    #[inline]
+    pub fn slot(self, layout: &Layout, tag: u64, key: &[u64]) -> Option<usize> {
         let mut h = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         for &w in key {
             h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         }
-        let mut slot = (h >> 40) as usize % KEY_SLOTS;
+        let mask = layout.key_slots - 1;
+        let mut slot = (h >> 40) as usize & mask;
         // Bounded probing: a full table costs a hit no more than this.
         for _ in 0..64 {
             let at = layout.keys + slot * layout.slot_words;
@@ -193,24 +209,22 @@ impl Block {
                 for (i, &w) in key.iter().enumerate() {
                     self.set(at + 2 + i, w);
                 }
-                self.set(at + 1, 1);
                 self.word(at).store(tag, Ordering::Release);
-                return true;
+                return Some(at);
             }
             if t == tag && (0..key.len()).all(|i| self.get(at + 2 + i) == key[i]) {
-                self.add(at + 1, 1);
-                return true;
+                return Some(at);
             }
-            slot = (slot + 1) % KEY_SLOTS;
+            slot = (slot + 1) & mask;
         }
-        false
+        None
     }
 
-    /// The counted keys: (tag, count, key words) of each slot in use (reports).
-    pub fn keys(self, layout: &Layout) -> impl Iterator<Item = (u64, u64, &'static [AtomicU64])> {
+    /// The slots in use: (first word, tag, count, key words) of each (reports).
+    pub fn keys(self, layout: &Layout) -> impl Iterator<Item = (usize, u64, u64, &'static [AtomicU64])> {
         let b = self;
         let layout = *layout;
-        (0..KEY_SLOTS).filter_map(move |slot| {
+        (0..layout.key_slots).filter_map(move |slot| {
             let at = layout.keys + slot * layout.slot_words;
             let tag = b.word(at).load(Ordering::Acquire);
             if tag == 0 {
@@ -219,7 +233,7 @@ impl Block {
             // SAFETY: the key words of this slot, inside the block (see `word`).
             let key =
                 unsafe { core::slice::from_raw_parts((b.0 + 8 * (at + 2)) as *const AtomicU64, layout.key_words) };
-            Some((tag, b.get(at + 1), key))
+            Some((at, tag, b.get(at + 1), key))
         })
     }
 

@@ -5,13 +5,16 @@
 //! different places of its caller fold into one line; a frame without a symbol stays
 //! `FILE+OFFSET`. The other parts of the key (`--by tid,ustack`) come first, as the
 //! outermost frames, and the event's name before them when several events are counted by
-//! stack. The same lines make the flame graph (`--flamegraph`, [`svg`]). Pure but for
+//! stack. Timed calls split by stack (`--latency WHERE --by ustack`) give one line per
+//! stack weighed by its calls' total ns, as off-CPU flame graphs are. The same lines make the
+//! flame graph (`--flamegraph`, [`svg`]). Pure but for
 //! [`svg`], which writes a file.
 
 use core::fmt::Write;
 
 use crate::aggregate::merge::Snapshot;
 use crate::aggregate::plan::Plans;
+use crate::aggregate::split;
 use crate::aggregate::tables::{self, EventView, Names};
 
 /// The events counted by a key with a stack part.
@@ -27,7 +30,7 @@ pub fn lines(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut d
     let stacked = stacked(plans);
     let mut lines: Vec<(String, u64)> = Vec::new();
     let mut left_out = 0;
-    for &event in &stacked {
+    for &event in stacked.iter().filter(|&&e| plans.events[e].latency.is_none()) {
         let k = tables::keyed(plans, snap, events, event, names);
         left_out += k.rest.1 + k.dropped + k.unblocked;
         let parts: Vec<bool> = plans.events[event].key.iter().flatten().map(|p| p.key.depth().is_some()).collect();
@@ -46,6 +49,26 @@ pub fn lines(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut d
             match lines.iter_mut().find(|(l, _)| *l == line) {
                 Some((_, n)) => *n += row.count,
                 None => lines.push((line, row.count)),
+            }
+        }
+    }
+    // Timed calls by stack: each stack's total ns, as off-CPU flame graphs weigh theirs.
+    for (l, plan) in plans.latencies.iter().enumerate().filter(|(_, p)| stacked.contains(&p.event)) {
+        let k = split::latency(plans, snap, events, l, names);
+        left_out += k.rest.1 + k.not_split;
+        let parts: Vec<bool> = plans.events[plan.event].key.iter().flatten().map(|p| p.key.depth().is_some()).collect();
+        for (row, lat) in &k.rows {
+            let mut frames: Vec<String> = Vec::new();
+            for (cell, &stack) in row.cells.iter().zip(&parts) {
+                match stack {
+                    true => frames.extend(cell.lines().rev().map(function)),
+                    false => frames.push(clean(cell)),
+                }
+            }
+            let line = frames.join(";");
+            match lines.iter_mut().find(|(l, _)| *l == line) {
+                Some((_, n)) => *n += lat.total,
+                None => lines.push((line, lat.total)),
             }
         }
     }

@@ -155,64 +155,111 @@ fn passes(plans: &Plans, index: u32, regs: &PtRegs) -> bool {
 fn keys_and_values(plans: &Plans, p: &EventPlan, b: Block, index: u32, regs: &PtRegs, caller: u64) {
     let Some(ev) = events::get(index) else { return };
     let file_base = ev.file_base.load(Ordering::Relaxed);
+    let layout = &plans.layout;
+    let mut space = core::mem::MaybeUninit::<[u64; plan::MAX_KEY_WORDS]>::uninit();
+    let mut key = None;
     if let Some(parts) = &p.key {
-        let layout = &plans.layout;
-        let used = parts.iter().map(|p| p.at + p.key.words()).fold(layout.key_words, usize::max);
-        let mut space = core::mem::MaybeUninit::<[u64; plan::MAX_KEY_WORDS]>::uninit();
-        let words = zeroed_words(&mut space, used);
-        let mut tag = u64::from(index) + 1;
-        for (i, part) in parts.iter().enumerate() {
-            let w = &mut words[part.at..part.at + part.key.words()];
-            let read = match part.key {
-                Key::Arg(a) => {
-                    let arg = &ev.args[a];
-                    read::fetch_number(arg, regs, file_base).map(|raw| w[0] = format::bits_of(&arg.ty, raw))
-                }
-                Key::String(a) => {
-                    // The words hold the string's bytes as they lie in memory (little-endian,
-                    // as the reports read them back), copied there directly.
-                    // SAFETY: the words' own bytes, initialised, as long as `w` is borrowed.
-                    let bytes = unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) };
-                    let bytes = &mut bytes[..plan::STRING_KEY];
-                    read::fetch_string(&ev.args[a], regs, file_base, bytes).map(|_| ())
-                }
-                Key::Tid | Key::Comm => {
-                    w[0] = u64::from(b.owner_tid() as u32);
-                    Some(())
-                }
-                Key::Caller => {
-                    w[0] = if caller != 0 { caller } else { caller_at_entry(regs) };
-                    Some(())
-                }
-                Key::Ustack(depth) => match stacks::key(b, layout, regs, depth) {
-                    Some(id) => {
-                        w[0] = id;
-                        Some(())
-                    }
-                    // No room for another stack: the hit's key is not kept.
-                    None => return b.add(layout.dropped + index as usize, 1),
-                },
-            };
-            if read.is_none() {
-                tag |= FAULT_TAG | 1 << (PART_FAULT_SHIFT + i);
-            }
-        }
-        if !b.count_key(layout, tag, &words[..layout.key_words]) {
+        key = key_of(plans, parts, b, ev, index, regs, caller, &mut space);
+        let counted = match key {
+            Some((tag, words)) if p.count_by_key => b.count_key(layout, tag, words),
+            Some(_) => true,
+            None => false,
+        };
+        if !counted {
             b.add(layout.dropped + index as usize, 1);
         }
     }
     for &h in &p.hists {
-        let h = &plans.hists[h];
-        let arg = &ev.args[h.arg];
+        let plan = &plans.hists[h];
+        // A keyed histogram counts in its key's slot; one whose key found no room, in its
+        // own words (the values not split by key).
+        let slot = match key {
+            Some((tag, words)) if plan.keyed => b.slot(layout, tag | (2 + h as u64) << WHAT_SHIFT, words),
+            _ => None,
+        };
+        let (at, faults) = match slot {
+            Some(s) => {
+                b.add(s + 1, 1);
+                (s + layout.values, s + layout.values + plan.scale.buckets())
+            }
+            None => (plan.at, plan.faults),
+        };
+        let arg = &ev.args[plan.arg];
         match read::fetch_number(arg, regs, file_base) {
             Some(raw) => {
                 let v = typed(arg, raw);
-                b.add(h.at + h.scale.index(v), 1);
-                b.add(h.sum, v as u64);
+                b.add(at + plan.scale.index(v), 1);
+                b.add(faults + 1, v as u64);
             }
-            None => b.add(h.faults, 1),
+            None => b.add(faults, 1),
         }
     }
+}
+
+/// A hit's key: its tag and words (in `space`), or None when a stack part found no room in
+/// the thread's store.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn key_of<'s>(
+    plans: &Plans,
+    parts: &[plan::KeyPart],
+    b: Block,
+    ev: &events::Event,
+    index: u32,
+    regs: &PtRegs,
+    caller: u64,
+    space: &'s mut core::mem::MaybeUninit<[u64; plan::MAX_KEY_WORDS]>,
+) -> Option<(u64, &'s [u64])> {
+    let layout = &plans.layout;
+    let file_base = ev.file_base.load(Ordering::Relaxed);
+    let words = zeroed_words(space, layout.key_words);
+    let mut tag = u64::from(index) + 1;
+    for (i, part) in parts.iter().enumerate() {
+        let w = &mut words[part.at..part.at + part.key.words()];
+        let read = match part.key {
+            Key::Arg(a) => {
+                let arg = &ev.args[a];
+                read::fetch_number(arg, regs, file_base).map(|raw| w[0] = format::bits_of(&arg.ty, raw))
+            }
+            Key::String(a) => {
+                // The words hold the string's bytes as they lie in memory (little-endian,
+                // as the reports read them back), copied there directly.
+                // SAFETY: the words' own bytes, initialised, as long as `w` is borrowed.
+                let bytes = unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) };
+                let bytes = &mut bytes[..plan::STRING_KEY];
+                read::fetch_string(&ev.args[a], regs, file_base, bytes).map(|_| ())
+            }
+            Key::Tid | Key::Comm => {
+                w[0] = u64::from(b.owner_tid() as u32);
+                Some(())
+            }
+            Key::Caller => {
+                w[0] = if caller != 0 { caller } else { caller_at_entry(regs) };
+                Some(())
+            }
+            Key::Ustack(depth) => {
+                // No room for another stack: the hit's key is not kept.
+                w[0] = stacks::key(b, layout, regs, depth)?;
+                Some(())
+            }
+            Key::Reg(n) => {
+                // A match, not an array of the registers: that one is built with vector moves.
+                w[0] = match n {
+                    0 => regs.rdi,
+                    1 => regs.rsi,
+                    2 => regs.rdx,
+                    3 => regs.rcx,
+                    4 => regs.r8,
+                    _ => regs.r9,
+                };
+                Some(())
+            }
+        };
+        if read.is_none() {
+            tag |= FAULT_TAG | 1 << (PART_FAULT_SHIFT + i);
+        }
+    }
+    Some((tag, words))
 }
 
 /// The first `n` words of `space` (at most all of them), zeroed one store at a time: the
@@ -231,8 +278,12 @@ fn zeroed_words(space: &mut core::mem::MaybeUninit<[u64; plan::MAX_KEY_WORDS]>, 
 
 /// A key's tag: the event's index plus one in the low 32 bits; bit 63: a part could not be
 /// read, and which one in the bits from `PART_FAULT_SHIFT` (one per part).
+/// What the slot keeps, from bit `WHAT_SHIFT`: 0 a count, 1 a timed call's numbers, 2 + h
+/// histogram h's buckets.
 pub const FAULT_TAG: u64 = 1 << 63;
 pub const PART_FAULT_SHIFT: usize = 40;
+pub const WHAT_SHIFT: u32 = 48;
+pub const WHAT_TIMED: u64 = 1;
 
 /// A number as its type says (signed types sign-extended, bitfields extracted).
 #[inline]
@@ -285,7 +336,19 @@ pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, regs: *mut Pt
     }
     if let (Some((plans, p)), Some(b)) = (plan::get(index), blocks::mine()) {
         if let Some(l) = p.latency {
-            let at = plans.latencies[l].at;
+            let mut at = plans.latencies[l].at;
+            if let (Some(parts), Some(ev)) = (&p.key, events::get(index)) {
+                // The key of the call, at its entry: its numbers go to the key's slot (to
+                // the function's own words when the key finds no room).
+                let mut space = core::mem::MaybeUninit::uninit();
+                // SAFETY: the core passes the entry's registers, valid for the call.
+                let regs = unsafe { &*regs };
+                let slot = key_of(plans, parts, b, ev, index, regs, 0, &mut space)
+                    .and_then(|(tag, words)| b.slot(&plans.layout, tag | WHAT_TIMED << WHAT_SHIFT, words));
+                if let Some(s) = slot {
+                    at = s + plans.layout.values;
+                }
+            }
             b.add(at + ENTERED, 1);
             words = b.address_of(at);
         }

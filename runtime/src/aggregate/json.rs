@@ -22,8 +22,9 @@
 use core::fmt::Write;
 
 use crate::aggregate::buckets::Scale;
-use crate::aggregate::merge::Snapshot;
+use crate::aggregate::merge::{Latency, Snapshot};
 use crate::aggregate::plan::Plans;
+use crate::aggregate::split;
 use crate::aggregate::tables::{self, EventView, Frame, Left, Names};
 use crate::trace::fetch::Base;
 use crate::trace::format::json_string;
@@ -53,16 +54,18 @@ pub fn write(
     if plans.request.asked.count {
         let by = plans.by.as_ref().map(|b| b.name.clone());
         for (i, p) in plans.events.iter().enumerate().filter(|(_, p)| p.latency.is_none()) {
+            // An event whose key splits only its histograms is counted as a whole.
+            let key = p.key.as_ref().filter(|_| p.count_by_key);
             if names.skipped(i) {
                 start(out, "count");
                 event(out, i);
-                if let (Some(by), Some(_)) = (&by, &p.key) {
+                if let (Some(by), Some(_)) = (&by, key) {
                     let _ = write!(out, ",\"by\":{}", quoted(by));
                 }
                 out.push_str(",\"skipped\":true}\n");
                 continue;
             }
-            match (&by, &p.key) {
+            match (&by, key) {
                 (Some(by), Some(_)) => {
                     let k = tables::keyed(plans, snap, events, i, names);
                     start(out, "count");
@@ -101,20 +104,44 @@ pub fn write(
         let values: u64 = snap.hists[h].iter().sum();
         let _ = write!(out, ",\"arg\":{},\"count\":{values},\"faults\":{}", quoted(arg), snap.faults[h]);
         let ty = events.get(plan.event).and_then(|e| e.args.get(plan.arg)).map(|a| &a.ty);
-        match ty {
-            Some(ty) if ty.base == Base::Signed && ty.bitfield.is_none() => {
-                let _ = write!(out, ",\"sum\":{}", snap.sums[h] as i64);
-            }
-            _ => {
-                let _ = write!(out, ",\"sum\":{}", snap.sums[h]);
-            }
+        let signed = ty.is_some_and(|ty| ty.base == Base::Signed && ty.bitfield.is_none());
+        if signed {
+            let _ = write!(out, ",\"sum\":{}", snap.sums[h] as i64);
+        } else {
+            let _ = write!(out, ",\"sum\":{}", snap.sums[h]);
         }
-        if let Scale::Linear { min, max, step } = plan.scale {
-            let _ = write!(out, ",\"min\":{min},\"max\":{max},\"step\":{step}");
+        let linear = |out: &mut String| {
+            if let Scale::Linear { min, max, step } = plan.scale {
+                let _ = write!(out, ",\"min\":{min},\"max\":{max},\"step\":{step}");
+            }
+        };
+        linear(out);
+        let split = plan.keyed.then(|| split::hist(plans, snap, events, h, names));
+        if let (Some(k), Some(by)) = (&split, &plans.by) {
+            let _ = write!(out, ",\"by\":{},\"keys\":{},\"not_split\":{}", quoted(&by.name), k.keys, k.not_split);
         }
         out.push_str(",\"buckets\":");
         buckets(out, &plan.scale, &snap.hists[h]);
         out.push_str("}\n");
+        for ((r, v), by) in split.iter().flat_map(|k| &k.rows).zip(core::iter::repeat(plans.by.as_ref())) {
+            start(out, "hist");
+            event(out, plan.event);
+            let by = by.map_or("", |b| b.name.as_str());
+            let sum = if signed { (v.sum as i64).to_string() } else { v.sum.to_string() };
+            let _ = write!(
+                out,
+                ",\"arg\":{},\"by\":{},\"key\":{},\"count\":{},\"faults\":{},\"sum\":{sum}",
+                quoted(arg),
+                quoted(by),
+                r.json,
+                r.count,
+                v.faults
+            );
+            linear(out);
+            out.push_str(",\"buckets\":");
+            buckets(out, &plan.scale, &v.buckets);
+            out.push_str("}\n");
+        }
     }
     for (i, hits, passed) in tables::filtered(plans, snap) {
         start(out, "filter");
@@ -132,19 +159,14 @@ pub fn write(
             out.push_str(",\"skipped\":true}\n");
             continue;
         }
-        out.push_str(if names.trapped(plan.event) { ",\"probe\":\"int3\"" } else { ",\"probe\":\"jump\"" });
-        let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
-        let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
-        let _ = write!(
-            out,
-            ",\"count\":{},\"total_ns\":{},\"min_ns\":{},\"max_ns\":{},\"mean_ns\":{},\"buckets\":",
-            lat.calls,
-            lat.total,
-            number(lat.min),
-            number(lat.max),
-            number(mean)
-        );
-        buckets(out, &Scale::Log2, &lat.hist);
+        let probe = if names.trapped(plan.event) { ",\"probe\":\"int3\"" } else { ",\"probe\":\"jump\"" };
+        out.push_str(probe);
+        let split = plans.events[plan.event].key.is_some().then(|| split::latency(plans, snap, events, l, names));
+        let by = plans.by.as_ref().map_or(String::new(), |b| quoted(&b.name));
+        if let Some(k) = &split {
+            let _ = write!(out, ",\"by\":{by},\"keys\":{},\"not_split\":{}", k.keys, k.not_split);
+        }
+        timed(out, lat);
         if let Some(left) = left.get(l).filter(|_| frame.end) {
             let _ = write!(
                 out,
@@ -161,7 +183,34 @@ pub fn write(
             );
         }
         out.push_str("}\n");
+        let function = names.function(plan.event);
+        for (r, v) in split.iter().flat_map(|k| &k.rows) {
+            start(out, "latency");
+            out.push_str(",\"function\":");
+            json_string(out, function.as_bytes());
+            out.push_str(",\"event\":");
+            json_string(out, events[plan.event].name.as_bytes());
+            let _ = write!(out, "{probe},\"by\":{by},\"key\":{}", r.json);
+            timed(out, v);
+            let _ = writeln!(out, ",\"entered\":{}}}", v.entered);
+        }
     }
+}
+
+/// A timed function's (or key's) numbers: count, total, min, max, mean and buckets.
+fn timed(out: &mut String, lat: &Latency) {
+    let number = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+    let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
+    let _ = write!(
+        out,
+        ",\"count\":{},\"total_ns\":{},\"min_ns\":{},\"max_ns\":{},\"mean_ns\":{},\"buckets\":",
+        lat.calls,
+        lat.total,
+        number(lat.min),
+        number(lat.max),
+        number(mean)
+    );
+    buckets(out, &Scale::Log2, &lat.hist);
 }
 
 fn quoted(s: &str) -> String {
@@ -190,7 +239,7 @@ fn buckets(out: &mut String, scale: &Scale, counts: &[u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::merge::{KeyId, Latency};
+    use crate::aggregate::merge::{KeyId, KeyedHist};
     use crate::aggregate::plan::{build, EventInfo};
     use crate::aggregate::request::{parse_lhist, Request};
     use crate::aggregate::tables::PlainNames as Fake;
@@ -217,6 +266,9 @@ mod tests {
             sums: vec![30],
             latencies: vec![Latency { hist: vec![0; 66], ..Latency::default() }],
             keys: [(KeyId::new(0, &[0x1f]), 3)].into_iter().collect(),
+            keyed_hists: [((0, KeyId::new(0, &[0x1f])), KeyedHist { buckets: vec![0, 2, 0, 1], faults: 0, sum: 30 })]
+                .into_iter()
+                .collect(),
             ..Snapshot::default()
         };
         let views: Vec<EventView> =
@@ -230,7 +282,8 @@ mod tests {
             [
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","count":3,"keys":1,"dropped":0,"unblocked":0}"#,
                 r#"{"kind":"count","pid":9,"event":"f","group":"g","by":"flags","key":"0x1f","count":3}"#,
-                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"sum":30,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
+                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","count":3,"faults":0,"sum":30,"min":0,"max":20,"step":10,"by":"flags","keys":1,"not_split":0,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
+                r#"{"kind":"hist","pid":9,"event":"f","group":"g","arg":"flags","by":"flags","key":"0x1f","count":3,"faults":0,"sum":30,"min":0,"max":20,"step":10,"buckets":[[0,10,2],[10,20,0],[20,null,1]]}"#,
                 r#"{"kind":"latency","pid":9,"function":"work","event":"w__return","probe":"jump","count":0,"total_ns":0,"min_ns":null,"max_ns":null,"mean_ns":null,"buckets":[]}"#,
             ]
         );

@@ -16,6 +16,9 @@ pub enum Key {
     /// The return address: where the function was called from.
     Caller,
     Ustack(usize), // the user stack's id (`stacks`), of at most this many frames
+    /// A timed function's argument at its entry: the Nth register of the calling convention
+    /// (0: %rdi, %rsi, %rdx, %rcx, %r8, %r9), shown as `--by arg{N+1}`.
+    Reg(u8),
 }
 
 impl Key {
@@ -23,7 +26,7 @@ impl Key {
     pub fn words(self) -> usize {
         match self {
             Key::String(_) => STRING_KEY / 8,
-            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller | Key::Ustack(_) => 1,
+            Key::Arg(_) | Key::Tid | Key::Comm | Key::Caller | Key::Ustack(_) | Key::Reg(_) => 1,
         }
     }
 

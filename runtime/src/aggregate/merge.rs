@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::buckets::LOG2_BUCKETS;
-use crate::aggregate::hit::{self, PART_FAULT_SHIFT};
+use crate::aggregate::hit::{self, PART_FAULT_SHIFT, WHAT_SHIFT, WHAT_TIMED};
 use crate::aggregate::plan::{Plans, CALLS, ENTERED, LAT_HIST, MAX, MAX_KEY_WORDS, MIN, SETS, TOTAL};
 use crate::aggregate::stacks;
 
@@ -65,10 +65,85 @@ pub struct Snapshot {
     pub sums: Vec<u64>,
     pub latencies: Vec<Latency>,
     pub keys: BTreeMap<KeyId, u64>,
+    /// Histograms split by key: (histogram, key) -> its buckets, faults and sum (also in
+    /// `hists`, `faults` and `sums`, which hold every value).
+    pub keyed_hists: BTreeMap<(usize, KeyId), KeyedHist>,
+    /// Timed calls split by key: (timed function, key) -> its numbers (also in `latencies`).
+    pub keyed_latencies: BTreeMap<(usize, KeyId), Latency>,
     /// The stacks of `--by ustack`, by id: frame addresses, innermost first.
     pub stacks: BTreeMap<u64, Vec<u64>>,
     /// The blocks' recent owners and their names (thread ids of threads that may be gone).
     pub names: Vec<(i32, [u8; 16])>,
+}
+
+/// One key's histogram.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyedHist {
+    pub buckets: Vec<u64>,
+    pub faults: u64,
+    pub sum: u64,
+}
+
+/// What a key slot's tag says: what the slot keeps (`hit::WHAT_SHIFT`), and the key.
+fn decode(tag: u64, key: &[core::sync::atomic::AtomicU64]) -> (u64, KeyId) {
+    let mut words = [0u64; MAX_KEY_WORDS];
+    for (w, k) in words.iter_mut().zip(key) {
+        *w = k.load(core::sync::atomic::Ordering::Relaxed);
+    }
+    let event = ((tag & 0xffff_ffff) - 1) as usize;
+    let what = (tag >> WHAT_SHIFT) & 0x7fff;
+    (what, KeyId { event, faults: (tag >> PART_FAULT_SHIFT) as u8, words })
+}
+
+/// A timed function's numbers from its words in `b`, from `at` on.
+fn latency_at(b: Block, at: usize) -> Latency {
+    let calls = b.get(at + CALLS);
+    Latency {
+        calls,
+        total: b.get(at + TOTAL),
+        min: (calls > 0).then(|| b.get(at + MIN)),
+        max: (calls > 0).then(|| b.get(at + MAX)),
+        entered: b.get(at + ENTERED),
+        hist: (0..LOG2_BUCKETS).map(|k| b.get(at + LAT_HIST + k)).collect(),
+    }
+}
+
+impl Latency {
+    /// Adds `other`'s numbers to these.
+    pub fn add(&mut self, other: &Latency) {
+        self.calls += other.calls;
+        self.total += other.total;
+        self.entered += other.entered;
+        if self.hist.len() < other.hist.len() {
+            self.hist.resize(other.hist.len(), 0);
+        }
+        for (c, o) in self.hist.iter_mut().zip(&other.hist) {
+            *c += o;
+        }
+        if let Some(m) = other.min {
+            fold(&mut self.min, m, u64::min);
+        }
+        if let Some(m) = other.max {
+            fold(&mut self.max, m, u64::max);
+        }
+    }
+
+    /// What happened since `before`: min and max unknown.
+    fn since(&self, b: &Latency) -> Latency {
+        Latency {
+            calls: self.calls.saturating_sub(b.calls),
+            total: self.total.saturating_sub(b.total),
+            min: None,
+            max: None,
+            entered: self.entered.saturating_sub(b.entered),
+            hist: self
+                .hist
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| x.saturating_sub(b.hist.get(i).copied().unwrap_or(0)))
+                .collect(),
+        }
+    }
 }
 
 fn fold(into: &mut Option<u64>, v: u64, keep: fn(u64, u64) -> u64) {
@@ -92,6 +167,8 @@ pub fn take(plans: &Plans) -> Snapshot {
             .map(|_| Latency { hist: vec![0; LOG2_BUCKETS], ..Latency::default() })
             .collect(),
         keys: BTreeMap::new(),
+        keyed_hists: BTreeMap::new(),
+        keyed_latencies: BTreeMap::new(),
         stacks: BTreeMap::new(),
         names: Vec::new(),
     };
@@ -137,32 +214,71 @@ fn add_block(plans: &Plans, b: Block, s: &mut Snapshot) {
         s.sums[h] = s.sums[h].wrapping_add(b.get(plan.sum));
     }
     for (l, plan) in plans.latencies.iter().enumerate() {
-        let at = plan.at;
-        let lat = &mut s.latencies[l];
-        let calls = b.get(at + CALLS);
-        lat.calls += calls;
-        lat.total += b.get(at + TOTAL);
-        lat.entered += b.get(at + ENTERED);
-        for (k, c) in lat.hist.iter_mut().enumerate() {
-            *c += b.get(at + LAT_HIST + k);
-        }
-        if calls > 0 {
-            fold(&mut lat.min, b.get(at + MIN), u64::min);
-            fold(&mut lat.max, b.get(at + MAX), u64::max);
-        }
+        s.latencies[l].add(&latency_at(b, plan.at));
     }
     if plans.events.iter().any(|p| p.key.is_some()) {
-        for (tag, count, key) in b.keys(layout) {
-            let mut words = [0u64; MAX_KEY_WORDS];
-            for (w, k) in words.iter_mut().zip(key) {
-                *w = k.load(core::sync::atomic::Ordering::Relaxed);
+        for (at, tag, count, key) in b.keys(layout) {
+            let (what, id) = decode(tag, key);
+            let values = at + layout.values;
+            match what {
+                0 if count > 0 => *s.keys.entry(id).or_insert(0) += count,
+                0 => {}
+                WHAT_TIMED => {
+                    let Some(l) = plans.events.get(id.event).and_then(|p| p.latency) else { continue };
+                    let lat = latency_at(b, values);
+                    s.latencies[l].add(&lat);
+                    s.keyed_latencies.entry((l, id)).or_default().add(&lat);
+                }
+                h => {
+                    let h = (h - 2) as usize;
+                    let Some(plan) = plans.hists.get(h) else { continue };
+                    let n = plan.scale.buckets();
+                    let k = s
+                        .keyed_hists
+                        .entry((h, id))
+                        .or_insert_with(|| KeyedHist { buckets: vec![0; n], ..KeyedHist::default() });
+                    for i in 0..n {
+                        let c = b.get(values + i);
+                        k.buckets[i] += c;
+                        s.hists[h][i] += c;
+                    }
+                    let (faults, sum) = (b.get(values + n), b.get(values + n + 1));
+                    k.faults += faults;
+                    k.sum = k.sum.wrapping_add(sum);
+                    s.faults[h] += faults;
+                    s.sums[h] = s.sums[h].wrapping_add(sum);
+                }
             }
-            let event = ((tag & 0xffff_ffff) - 1) as usize;
-            let id = KeyId { event, faults: (tag >> PART_FAULT_SHIFT) as u8, words };
-            *s.keys.entry(id).or_insert(0) += count;
         }
         stacks::gather(b, layout, &mut s.stacks);
     }
+}
+
+/// Each timed function's min and max per key over the calls that returned in interval
+/// `epoch` (as [`extremes`]).
+pub fn keyed_extremes(plans: &Plans, epoch: u64) -> BTreeMap<(usize, KeyId), (Option<u64>, Option<u64>)> {
+    let mut out = BTreeMap::new();
+    if !plans.latencies.iter().any(|l| plans.events[l.event].key.is_some()) {
+        return out;
+    }
+    let layout = &plans.layout;
+    for b in blocks::used() {
+        for (at, tag, _, key) in b.keys(layout) {
+            let (what, id) = decode(tag, key);
+            let Some(l) = plans.events.get(id.event).and_then(|p| p.latency).filter(|_| what == WHAT_TIMED) else {
+                continue;
+            };
+            let e: &mut (Option<u64>, Option<u64>) = out.entry((l, id)).or_default();
+            for set in 0..2 {
+                let tag_at = at + layout.values + SETS + 3 * set;
+                if b.get_published(tag_at) == epoch + 1 {
+                    fold(&mut e.0, b.get(tag_at + 1), u64::min);
+                    fold(&mut e.1, b.get(tag_at + 2), u64::max);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// What happened between `before` and `now` (both of the same plans): counts, buckets and
@@ -175,18 +291,23 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
         .latencies
         .iter()
         .enumerate()
-        .map(|(i, l)| {
-            let b = before.latencies.get(i).cloned().unwrap_or_default();
-            let calls = l.calls.saturating_sub(b.calls);
-            Latency {
-                calls,
-                total: l.total.saturating_sub(b.total),
-                min: None,
-                max: None,
-                entered: l.entered.saturating_sub(b.entered),
-                hist: minus(&l.hist, &b.hist),
-            }
+        .map(|(i, l)| l.since(&before.latencies.get(i).cloned().unwrap_or_default()))
+        .collect();
+    let keyed_latencies = now
+        .keyed_latencies
+        .iter()
+        .map(|(k, l)| (*k, l.since(&before.keyed_latencies.get(k).cloned().unwrap_or_default())))
+        .filter(|(_, l)| l.calls > 0 || l.entered > 0)
+        .collect();
+    let keyed_hists = now
+        .keyed_hists
+        .iter()
+        .map(|(k, h)| {
+            let b = before.keyed_hists.get(k).cloned().unwrap_or_default();
+            let buckets = minus(&h.buckets, &b.buckets);
+            (*k, KeyedHist { buckets, faults: h.faults.saturating_sub(b.faults), sum: h.sum.wrapping_sub(b.sum) })
         })
+        .filter(|(_, h)| h.faults > 0 || h.buckets.iter().any(|&c| c > 0))
         .collect();
     let keys = now
         .keys
@@ -217,6 +338,8 @@ pub fn since(now: &Snapshot, before: &Snapshot) -> Snapshot {
             .collect(),
         latencies,
         keys,
+        keyed_hists,
+        keyed_latencies,
         stacks: now.stacks.clone(),
         names: now.names.clone(),
     }

@@ -43,6 +43,7 @@ pub mod report;
 pub mod request;
 #[allow(unsafe_code)]
 pub mod setup;
+pub mod split;
 pub mod stacks;
 pub mod tables;
 pub mod text;

@@ -12,7 +12,7 @@
 //! failed      one word per event: hits that failed its filter (neither counted nor timed)
 //! histograms  per histogram: its buckets, then the values that could not be read
 //! latencies   per timed function: LATENCY_WORDS (see the offsets below)
-//! keys        KEY_SLOTS slots of [tag, count, key words] (`blocks::Block::count_key`)
+//! keys        key_slots slots of [tag, count, key words, values] (`blocks::Block::slot`)
 //! ```
 
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -30,6 +30,10 @@ use crate::trace::names::glob;
 pub const HEADER_WORDS: usize = 32;
 /// Distinct keys one thread can count (over all events); more are counted as dropped.
 pub const KEY_SLOTS: usize = 4096;
+/// The most words of a thread's key table when its slots hold histograms (4 MiB): fewer
+/// slots then (a log2 histogram's slot takes 71 words, a timed call's 82, a linear
+/// histogram of 1000 buckets about 1000).
+pub const KEY_TABLE_WORDS: usize = 512 * 1024;
 /// The most parts a key may have (`--by caller,size,...`), and the most words they take.
 pub const MAX_KEY_PARTS: usize = 8;
 pub const MAX_KEY_WORDS: usize = 32;
@@ -51,8 +55,10 @@ pub struct EventPlan {
     pub count: usize,
     /// Only counted: no key and no histogram (the hit path's shortest way).
     pub simple: bool,
-    /// The key's parts, in `--by`'s order.
+    /// The key's parts, in `--by`'s order: its count (`count_by_key`), its histograms and
+    /// its timed calls are split by it.
     pub key: Option<Vec<KeyPart>>,
+    pub count_by_key: bool,
     /// Indices into [`Plans::hists`].
     pub hists: Vec<usize>,
     /// Index into [`Plans::latencies`] for a `--latency` event.
@@ -74,6 +80,10 @@ pub struct HistPlan {
     /// `EVENT.ARG`, for reports.
     pub name: String,
     pub scale: Scale,
+    /// Split by its event's key: each key's buckets, faults and sum are the values of its
+    /// slot in the key table, at the same offsets from `at` as below from the slot's values;
+    /// the words below keep the values whose key found no room.
+    pub keyed: bool,
     /// First bucket's word; the faults word follows the last bucket, then the sum of the
     /// values (two's complement: signed values wrap).
     pub at: usize,
@@ -97,8 +107,14 @@ pub struct Layout {
     pub keys: usize,
     /// Words of a key: 1, or STRING_KEY / 8 when some key is a string.
     pub key_words: usize,
-    /// Words of a key slot: tag, count, key.
+    /// Words of a key slot: tag, count, key, values (`values` from the slot's start, of
+    /// `value_words`: a keyed histogram's buckets, faults and sum, or a keyed timed
+    /// function's LATENCY_WORDS; 0 when nothing is split by key but counts).
     pub slot_words: usize,
+    pub values: usize,
+    pub value_words: usize,
+    /// Slots of the key table: KEY_SLOTS, fewer when slots are large (KEY_TABLE_WORDS).
+    pub key_slots: usize,
     /// The stack store (`stacks`) and its slots' words (0: no stack is kept).
     pub stacks: usize,
     pub stack_words: usize,
@@ -171,6 +187,10 @@ pub enum PlanError {
     Unused { event: String, definition: String },
     #[error("{option}: no key of --by is a stack (ustack[:DEPTH], or an argument $ustack)")]
     NoStack { option: &'static str },
+    #[error(
+        "--by '{key}': --latency cannot split calls by {key}: a timed call's key is tid, comm, caller, ustack[:DEPTH] or arg1 to arg6 (the function's arguments at its entry)"
+    )]
+    LatencyKey { key: String },
     #[error("--latency '{place}': WHERE only (a function or a glob), no fetchargs")]
     LatencyArgs { place: String },
 }
@@ -207,6 +227,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             count: 0,
             simple: true,
             key: None,
+            count_by_key: false,
             hists: Vec::new(),
             latency: None,
             shared: events.iter().filter(|e| e.definition == events[i].definition).count() > 1,
@@ -256,6 +277,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                 arg,
                 name: format!("{}.{}", e.name, h.arg),
                 scale: h.scale,
+                keyed: false,
                 at: 0,
                 faults: 0,
                 sum: 0,
@@ -266,12 +288,14 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         Some(k) => Some(parse_by(k)?),
         None => None,
     };
-    if let (true, Some(b)) = (request.asked.count, by.as_mut()) {
+    // `--by` splits the counts (`--count`), the histograms and the timed calls.
+    let keyed = request.asked.count || !request.hists.is_empty();
+    if let (true, Some(b)) = (keyed, by.as_mut()) {
         'events: for &i in &counted {
             let e = &events[i];
             let mut parts = Vec::new();
             let mut at = 0;
-            for name in &b.parts {
+            for name in &b.parts.clone() {
                 let key = match e.args.iter().position(|a| &a.name == name) {
                     Some(a) if e.args[a].ty.count.is_some() => {
                         return Err(PlanError::ArrayKey { key: name.clone(), event: e.name.to_string() });
@@ -290,18 +314,14 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                     Some(a) if not_a_number(&e.args[a]).is_some() => Key::String(a),
                     Some(a) => Key::Arg(a),
                     None => match name.as_str() {
-                        "tid" => Key::Tid,
-                        "comm" => {
-                            b.comm = true;
-                            Key::Comm
+                        "caller" if e.kind != Kind::Return && !e.at_entry => {
+                            return Err(PlanError::CallerUnknown { event: e.name.to_string() })
                         }
-                        "caller" if e.kind == Kind::Return || e.at_entry => Key::Caller,
-                        "caller" => return Err(PlanError::CallerUnknown { event: e.name.to_string() }),
-                        p if p.starts_with("ustack") => Key::Ustack(
-                            request::ustack_depth(p).map_err(|what| PlanError::BadKey { by: b.name.clone(), what })?,
-                        ),
-                        // An event without the argument is counted as a whole.
-                        _ => continue 'events,
+                        p => match special(b, p)? {
+                            Some(key) => key,
+                            // An event without the argument is counted as a whole.
+                            None => continue 'events,
+                        },
                     },
                 };
                 parts.push(KeyPart { key, at });
@@ -312,6 +332,7 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
                 return Err(PlanError::BadKey { by: b.name.clone(), what });
             }
             plans[i].key = Some(parts);
+            plans[i].count_by_key = request.asked.count;
             plans[i].simple = false;
         }
         if let Some(&first) = counted.first().filter(|_| counted.iter().all(|&i| plans[i].key.is_none())) {
@@ -328,6 +349,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
             return Err(PlanError::Unused { event: e.name.to_string(), definition: e.definition.to_string() });
         }
     }
+    for h in hists.iter_mut() {
+        h.keyed = plans[h.event].key.is_some();
+    }
     let mut latencies = Vec::new();
     for (i, e) in events.iter().enumerate().filter(|(_, e)| e.latency) {
         if !e.args.is_empty() {
@@ -337,6 +361,9 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
         plans[i].latency = Some(latencies.len());
         plans[i].simple = false;
         latencies.push(LatencyPlan { event: i, at: 0 });
+        if let Some(b) = by.as_mut() {
+            plans[i].key = latency_key(b, events, &counted)?;
+        }
     }
     let stacked = plans.iter().flat_map(|p| p.key.iter().flatten()).any(|p| p.key.depth().is_some());
     let asked = &request.asked;
@@ -350,6 +377,42 @@ pub fn build(events: &[EventInfo], request: &Request) -> Result<Plans, PlanError
     }
     let layout = lay_out(events.len(), &mut plans, &mut hists, &mut latencies);
     Ok(Plans { events: plans, hists, latencies, by, request: request.clone(), layout })
+}
+
+/// A part of `--by` that is not an argument of the event: `tid`, `comm`, `caller`,
+/// `ustack[:DEPTH]`; None for any other name.
+fn special(b: &mut By, part: &str) -> Result<Option<Key>, PlanError> {
+    Ok(Some(match part {
+        "tid" => Key::Tid,
+        "comm" => {
+            b.comm = true;
+            Key::Comm
+        }
+        "caller" => Key::Caller,
+        p if p.starts_with("ustack") => {
+            Key::Ustack(request::ustack_depth(p).map_err(|what| PlanError::BadKey { by: b.name.clone(), what })?)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// The key of a timed function's calls, taken at its entry: `tid`, `comm`, `caller`,
+/// `ustack[:DEPTH]`, and `argN`, its Nth argument (N from 1 to 6, the registers of the
+/// x86-64 calling convention). None: timed as a whole, for a part that only the counted
+/// events have (as an event without the argument is counted as a whole).
+fn latency_key(b: &mut By, events: &[EventInfo], counted: &[usize]) -> Result<Option<Vec<KeyPart>>, PlanError> {
+    let mut parts = Vec::new();
+    for (at, name) in b.parts.clone().iter().enumerate() {
+        let register = name.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()).filter(|n| (1..=6).contains(n));
+        let key = match (special(b, name)?, register) {
+            (Some(key), _) => key,
+            (None, Some(n)) => Key::Reg(n - 1),
+            (None, None) if counted.iter().any(|&i| events[i].args.iter().any(|a| &a.name == name)) => return Ok(None),
+            (None, None) => return Err(PlanError::LatencyKey { key: name.clone() }),
+        };
+        parts.push(KeyPart { key, at });
+    }
+    Ok(Some(parts))
 }
 
 /// `--by`'s parts: names separated by commas, each once.
@@ -392,12 +455,31 @@ fn lay_out(events: usize, plans: &mut [EventPlan], hists: &mut [HistPlan], laten
     let key_words = key_words.unwrap_or(1);
     let keyed = plans.iter().any(|p| p.key.is_some());
     let keys = (at + 7) & !7;
-    let slot_words = 2 + key_words;
-    let stacks = keys + if keyed { KEY_SLOTS * slot_words } else { 0 };
+    let hist_values = hists.iter().filter(|h| h.keyed).map(|h| h.scale.buckets() + 2);
+    let timed_values = latencies.iter().filter(|l| plans[l.event].key.is_some()).map(|_| LATENCY_WORDS);
+    let value_words = hist_values.chain(timed_values).max().unwrap_or(0);
+    let values = 2 + key_words;
+    let slot_words = values + value_words;
+    // A power of two: a slot is found by a mask.
+    let key_slots = KEY_SLOTS.min(1 << (KEY_TABLE_WORDS / slot_words).ilog2());
+    let stacks = keys + if keyed { key_slots * slot_words } else { 0 };
     let depths = plans.iter().filter_map(|p| p.key.as_ref()).flatten().filter_map(|p| p.key.depth());
     let stack_words = depths.max().map_or(0, |d| 2 + d);
     let words = stacks + stack_words * STACK_SLOTS;
-    Layout { counts, dropped, failed, keys, key_words, slot_words, stacks, stack_words, words }
+    Layout {
+        counts,
+        dropped,
+        failed,
+        keys,
+        key_words,
+        slot_words,
+        values,
+        value_words,
+        key_slots,
+        stacks,
+        stack_words,
+        words,
+    }
 }
 
 static PLANS: AtomicPtr<Plans> = AtomicPtr::new(core::ptr::null_mut());
@@ -429,132 +511,4 @@ pub fn get(index: u32) -> Option<(&'static Plans, &'static EventPlan)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::aggregate::request::{parse_hist, parse_lhist};
-    use crate::base::spec::Aggregate;
-    use crate::trace::fetch::{parse, Site};
-
-    fn args(list: &[&str]) -> Vec<FetchArg> {
-        list.iter().enumerate().map(|(i, a)| parse(a, i + 1, Site::Entry).unwrap()).collect()
-    }
-
-    fn request() -> Request {
-        Request::default()
-    }
-
-    fn info<'a>(name: &'a str, args: &'a [FetchArg], latency: bool) -> EventInfo<'a> {
-        EventInfo { definition: "p x:f", latency, ..EventInfo::entry(name, args) }
-    }
-
-    #[test]
-    fn counts_keys_histograms_and_latencies_get_their_words() {
-        let a = args(&["size=%di:u64", "name=+0(%si):string"]);
-        let none: Vec<FetchArg> = Vec::new();
-        let events = [info("malloc", &a, false), info("free", &none, false), info("work__return", &none, true)];
-        let mut r = request();
-        r.asked.count = true;
-        r.asked.by = Some("tid".into());
-        r.hists = vec![parse_hist("malloc.size").unwrap(), parse_lhist("m*.size,0,100,10").unwrap()];
-        let p = build(&events, &r).unwrap();
-        assert_eq!(p.events[0].hists, [0, 1]);
-        let tid = Some(vec![KeyPart { key: Key::Tid, at: 0 }]);
-        assert_eq!((&p.events[0].key, &p.events[1].key, &p.events[2].key), (&tid, &tid, &None));
-        assert_eq!(p.events[2].latency, Some(0));
-        let l = p.layout;
-        assert_eq!((l.counts, l.dropped), (HEADER_WORDS, HEADER_WORDS + 3));
-        assert_eq!((l.failed, p.hists[0].at), (HEADER_WORDS + 6, HEADER_WORDS + 9));
-        assert_eq!(p.hists[1].at, p.hists[0].at + LOG2_BUCKETS + 2);
-        assert_eq!(p.latencies[0].at, p.hists[1].sum + 1);
-        assert_eq!((l.key_words, l.slot_words), (1, 3));
-        assert_eq!(l.words, l.keys + KEY_SLOTS * 3);
-        assert_eq!(p.hists[1].name, "malloc.size");
-        r.asked.by = Some("name".into());
-        r.hists.clear();
-        let s = build(&events[..1], &r).unwrap();
-        assert_eq!((&s.events[0].key, s.layout.key_words), (&Some(vec![KeyPart { key: Key::String(1), at: 0 }]), 8));
-        r.asked.by = Some("caller, name,size".into());
-        let m = build(&events[..1], &r).unwrap();
-        let parts = [(Key::Caller, 0), (Key::String(1), 1), (Key::Arg(0), 9)].map(|(key, at)| KeyPart { key, at });
-        assert_eq!((m.events[0].key.as_deref(), m.layout.key_words), (Some(&parts[..]), 10));
-        assert_eq!(m.by.as_ref().unwrap().parts, ["caller", "name", "size"]);
-        r.asked.by = Some("name,comm,tid".into());
-        let c = build(&events, &r).unwrap();
-        assert!(c.by.as_ref().unwrap().comm);
-        assert_eq!(c.events[1].key, None, "free has no name: counted as a whole");
-        r.asked.by = Some("name,name".into());
-        assert_eq!(
-            build(&events, &r).unwrap_err().to_string(),
-            "--by 'name,name': expected each part once (name is twice)"
-        );
-        r.asked.by = Some("name,".into());
-        assert!(build(&events, &r).unwrap_err().to_string().starts_with("--by 'name,': expected names separated"));
-        r.asked.by = Some("name,name2,name3,name4,name5".into());
-        let five = args(&[
-            "name=+0(%si):string",
-            "name2=+0(%si):string",
-            "name3=+0(%si):string",
-            "name4=+0(%si):string",
-            "name5=+0(%si):string",
-        ]);
-        let e = build(&[info("malloc", &five, false)], &r).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "--by 'name,name2,name3,name4,name5': expected a key of at most 32 words (a string takes 8)"
-        );
-    }
-
-    #[test]
-    fn only_counted_events_are_simple() {
-        let none: Vec<FetchArg> = Vec::new();
-        let mut r = request();
-        r.asked.count = true;
-        let p = build(&[info("f", &none, false)], &r).unwrap();
-        assert!(p.events[0].simple);
-        assert_eq!(p.layout.words, p.layout.keys, "no key table without --by");
-    }
-
-    #[test]
-    fn what_does_not_fit_is_refused_by_name() {
-        let a = args(&["size=%di", "s=+0(%si):string", "v=+0(%di):u8[2]"]);
-        let mut r = request();
-        r.hists = vec![parse_hist("nosuch.size").unwrap()];
-        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert_eq!(e.to_string(), "--hist 'nosuch.size': no event named nosuch (events: malloc)");
-        r.hists = vec![parse_hist("malloc.sz").unwrap()];
-        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert_eq!(e.to_string(), "--hist 'malloc.sz': event malloc has no argument sz (its arguments: size, s, v)");
-        r.hists = vec![parse_hist("malloc.s").unwrap()];
-        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert!(e.to_string().ends_with("argument s of event malloc is a string: a histogram needs a number"), "{e}");
-        r.hists.clear();
-        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert!(e.to_string().starts_with("event malloc ('p x:f') is neither counted nor in a histogram"), "{e}");
-        r.asked.count = true;
-        r.asked.by = Some("v".into());
-        assert!(matches!(build(&[info("malloc", &a, false)], &r), Err(PlanError::ArrayKey { .. })));
-        r.asked.by = Some("zz".into());
-        let e = build(&[info("malloc", &a, false)], &r).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "--by 'zz': no event has an argument zz (event malloc has none), and zz is not tid, comm, caller or ustack"
-        );
-        let none: Vec<FetchArg> = Vec::new();
-        let two = build(
-            &[info("malloc", &a, false), info("free", &none, false)],
-            &Request { asked: Aggregate { by: Some("size".into()), ..r.asked.clone() }, ..r.clone() },
-        )
-        .unwrap();
-        assert_eq!(
-            (&two.events[0].key, &two.events[1].key),
-            (&Some(vec![KeyPart { key: Key::Arg(0), at: 0 }]), &None),
-            "free is counted as a whole"
-        );
-        r.asked.by = Some("caller".into());
-        let mid = EventInfo { at_entry: false, ..info("mid", &a, false) };
-        assert!(matches!(build(&[mid], &r), Err(PlanError::CallerUnknown { .. })));
-        let timed = EventInfo { definition: "r:latency/ t:f x=%ax", ..info("f__return", &a, true) };
-        let e = build(&[timed], &request()).unwrap_err();
-        assert_eq!(e.to_string(), "--latency 't:f': WHERE only (a function or a glob), no fetchargs");
-    }
-}
+mod tests;

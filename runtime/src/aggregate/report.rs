@@ -246,6 +246,16 @@ fn report(end: bool) {
         for (lat, (min, max)) in shown.latencies.iter_mut().zip(merge::extremes(plans, closing)) {
             (lat.min, lat.max) = if lat.calls > 0 { (min, max) } else { (None, None) };
         }
+        // Keyed calls keep their interval's extremes in their keys' slots: the whole
+        // function's are theirs too.
+        for ((l, id), (min, max)) in merge::keyed_extremes(plans, closing) {
+            if let Some(lat) = shown.keyed_latencies.get_mut(&(l, id)).filter(|lat| lat.calls > 0) {
+                (lat.min, lat.max) = (min, max);
+            }
+            if let Some(lat) = shown.latencies.get_mut(l).filter(|lat| lat.calls > 0) {
+                lat.add(&merge::Latency { min, max, ..merge::Latency::default() });
+            }
+        }
     }
     let frame = Frame {
         pid: sys::getpid(),

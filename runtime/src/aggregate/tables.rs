@@ -217,7 +217,7 @@ pub fn idle(plans: &Plans, snap: &Snapshot, timed: bool) -> usize {
         .count()
 }
 
-fn top<T>(mut rows: Vec<T>, n: Option<usize>, count: impl Fn(&T) -> u64) -> (Vec<T>, (usize, u64)) {
+pub fn top<T>(mut rows: Vec<T>, n: Option<usize>, count: impl Fn(&T) -> u64) -> (Vec<T>, (usize, u64)) {
     let keep = n.unwrap_or(usize::MAX).min(rows.len());
     let rest: Vec<T> = rows.split_off(keep);
     let hits = rest.iter().map(&count).sum();
@@ -257,7 +257,7 @@ fn first_of(event: usize) -> KeyId {
 
 /// A key as text (a cell per part) and as JSON: the part's value for a key of one part, else
 /// an object with a member per part, named as `--by` names it.
-fn show_key(
+pub fn show_key(
     parts: &[KeyPart],
     part_names: &[String],
     id: &KeyId,
@@ -321,6 +321,10 @@ pub fn show_part(
         }
         Key::Tid => {
             json = (words[0] as u32).to_string();
+            json.clone()
+        }
+        Key::Reg(_) => {
+            json = words[0].to_string();
             json.clone()
         }
         Key::Caller => {

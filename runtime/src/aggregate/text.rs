@@ -21,8 +21,9 @@
 use core::fmt::Write;
 
 use crate::aggregate::buckets::{self, Scale};
-use crate::aggregate::merge::Snapshot;
+use crate::aggregate::merge::{Latency, Snapshot};
 use crate::aggregate::plan::Plans;
+use crate::aggregate::split;
 use crate::aggregate::tables::{self, plural, EventView, Frame, Left, Names};
 
 /// The whole report.
@@ -43,6 +44,9 @@ pub fn write(
     }
     if plans.request.asked.count {
         for (i, p) in plans.events.iter().enumerate() {
+            if p.latency.is_some() || !p.count_by_key {
+                continue;
+            }
             if p.key.is_some() && names.skipped(i) {
                 let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
                 let _ = writeln!(out, "count {} by {by}: skipped\n", events[i].name);
@@ -67,8 +71,25 @@ pub fn write(
             let _ = writeln!(out, "{kind} {title}: skipped\n");
             continue;
         }
-        let _ = writeln!(out, "{kind} {title}: {}", plural(values, "value", "values"));
-        buckets::write(out, &plan.scale, &snap.hists[h]);
+        if plan.keyed {
+            let k = split::hist(plans, snap, events, h, names);
+            let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
+            let keys = plural(k.keys as u64, "key", "keys");
+            let _ = writeln!(out, "{kind} {title} by {by}: {}, {keys}", plural(values, "value", "values"));
+            let stack_parts = stack_parts(plans, plan.event);
+            for (i, (r, v)) in k.rows.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                bpftrace_key(out, &r.cells, &stack_parts);
+                let _ = writeln!(out, ": {}", plural(r.count, "value", "values"));
+                buckets::write(out, &plan.scale, &v.buckets);
+            }
+            split_rest(out, plans, k.rest, k.not_split, "value", "values");
+        } else {
+            let _ = writeln!(out, "{kind} {title}: {}", plural(values, "value", "values"));
+            buckets::write(out, &plan.scale, &snap.hists[h]);
+        }
         if snap.faults[h] > 0 {
             let _ = writeln!(out, "({} could not be read)", plural(snap.faults[h], "value", "values"));
         }
@@ -84,19 +105,26 @@ pub fn write(
         if !tables::shown(plans, plan.event, lat.entered.max(lat.calls)) {
             continue;
         }
-        let ns = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ns"));
-        let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
-        let _ = writeln!(
-            out,
-            "latency {}: {}, total {} ns, min {}, mean {}, max {}",
-            names.function(plan.event),
-            plural(lat.calls, "call", "calls"),
-            lat.total,
-            ns(lat.min),
-            ns(mean),
-            ns(lat.max)
-        );
-        buckets::write(out, &Scale::Log2, &lat.hist);
+        let function = names.function(plan.event);
+        if plans.events[plan.event].key.is_some() {
+            let k = split::latency(plans, snap, events, l, names);
+            let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
+            let keys = plural(k.keys as u64, "key", "keys");
+            let _ = writeln!(out, "latency {function} by {by}: {}, {keys}", numbers(lat));
+            let stack_parts = stack_parts(plans, plan.event);
+            for (i, (r, v)) in k.rows.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                bpftrace_key(out, &r.cells, &stack_parts);
+                let _ = writeln!(out, ": {}", numbers(v));
+                buckets::write(out, &Scale::Log2, &v.hist);
+            }
+            split_rest(out, plans, k.rest, k.not_split, "call", "calls");
+        } else {
+            let _ = writeln!(out, "latency {function}: {}", numbers(lat));
+            buckets::write(out, &Scale::Log2, &lat.hist);
+        }
         if names.trapped(plan.event) {
             out.push_str("(an int3 probe: each time includes the return from its trap; see --verbose)\n");
         }
@@ -200,16 +228,54 @@ fn keyed(out: &mut String, plans: &Plans, events: &[EventView], snap: &Snapshot,
             out,
             "  ({} not counted by {by}: their thread had {} keys already)",
             plural(k.dropped, "hit", "hits"),
-            crate::aggregate::plan::KEY_SLOTS
+            plans.layout.key_slots
         );
     }
     not_kept(out, "  ", k.unblocked, "hits");
     out.push('\n');
 }
 
+/// A timed function's calls, their total, min, mean and max.
+fn numbers(lat: &Latency) -> String {
+    let ns = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ns"));
+    let mean = (lat.calls > 0).then(|| lat.total / lat.calls);
+    let calls = plural(lat.calls, "call", "calls");
+    format!("{calls}, total {} ns, min {}, mean {}, max {}", lat.total, ns(lat.min), ns(mean), ns(lat.max))
+}
+
+/// Which parts of event `event`'s key are stacks.
+fn stack_parts(plans: &Plans, event: usize) -> Vec<bool> {
+    plans.events[event].key.iter().flatten().map(|p| p.key.depth().is_some()).collect()
+}
+
+/// The keys of a split histogram or timed function left out by `--top`, and the values
+/// that no key holds.
+fn split_rest(out: &mut String, plans: &Plans, rest: (usize, u64), not_split: u64, one: &str, many: &str) {
+    let by = plans.by.as_ref().map_or("", |b| b.name.as_str());
+    if rest.0 > 0 {
+        let keys = if rest.0 == 1 { "key" } else { "keys" };
+        let _ = writeln!(out, "({} more {keys}: {})", rest.0, plural(rest.1, one, many));
+    }
+    if not_split > 0 {
+        let _ = writeln!(
+            out,
+            "({} not split by {by}: their thread had {} keys or {} stacks already)",
+            plural(not_split, one, many),
+            plans.layout.key_slots,
+            crate::aggregate::request::STACK_SLOTS
+        );
+    }
+}
+
 /// A row with a stack as bpftrace prints `@[ustack, ...] = count()`: the parts separated by
 /// commas, a stack's frames one a line, indented.
 fn bpftrace_row(out: &mut String, cells: &[String], stack_parts: &[bool], count: u64) {
+    bpftrace_key(out, cells, stack_parts);
+    let _ = writeln!(out, ": {count}");
+}
+
+/// A key as bpftrace prints it, `@[...]`, with no line end.
+fn bpftrace_key(out: &mut String, cells: &[String], stack_parts: &[bool]) {
     out.push_str("@[");
     for (i, cell) in cells.iter().enumerate() {
         if i > 0 {
@@ -224,7 +290,7 @@ fn bpftrace_row(out: &mut String, cells: &[String], stack_parts: &[bool], count:
             out.push_str(cell);
         }
     }
-    let _ = writeln!(out, "]: {count}");
+    out.push(']');
 }
 
 fn not_kept(out: &mut String, indent: &str, n: u64, what: &str) {
