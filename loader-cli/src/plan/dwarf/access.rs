@@ -239,6 +239,9 @@ pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: 
     let what = types.name(ret);
     let fetch = match types.strip(ret) {
         None if ret.is_none() => return Err(format!("{func} returns void: it has no $retval")),
+        // A type DWARF does not describe (the assembler's `DW_TAG_unspecified_type` of a
+        // function written in assembly): the kernel's `$retval`, a 64-bit word.
+        None => "$retval".to_string(),
         Some(t @ (Ty::Int { size: 1 | 2 | 4 | 8, .. } | Ty::Enum { size: 1 | 2 | 4 | 8, .. })) => {
             format!("$retval:{}", integer(t, None))
         }
