@@ -416,3 +416,28 @@ fn timed_calls_fold_by_stack_weighed_by_their_total_ns() {
         "uprobe-run: --format folded: folds counts or timed calls (total ns), not both in one report\n"
     );
 }
+
+#[test]
+fn a_file_the_end_cannot_write_is_refused_before_the_program_starts() {
+    let p = stacks();
+    let def = leaf(&p);
+    for option in ["--flamegraph", "--pprof"] {
+        let path = "/nonexistent-dir/out.file";
+        let run = run_uprobe(&[
+            "-e",
+            &def,
+            "--count",
+            "--by",
+            "ustack",
+            option,
+            path,
+            p.to_str().unwrap(),
+            "chain",
+            "1",
+            "0",
+        ]);
+        assert_eq!(run.status.code(), Some(2), "{option}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{option}: the program did not start: {}", run.stdout);
+        assert_eq!(run.stderr, format!("uprobe-run: {path}: cannot create output file: No such file or directory\n"));
+    }
+}

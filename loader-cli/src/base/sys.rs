@@ -15,6 +15,26 @@ pub fn may_execute(path: &Path) -> bool {
     unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
 }
 
+/// Whether this process may write `path` (an existing file), or create it (its directory),
+/// by access(2) with our real ids: the error to tell if not.
+pub fn may_write(path: &Path) -> std::io::Result<()> {
+    let exists = path.symlink_metadata().is_ok();
+    let target = match (exists, path.parent()) {
+        (true, _) => path,
+        (false, Some(dir)) if !dir.as_os_str().is_empty() => dir,
+        (false, _) => Path::new("."),
+    };
+    if !exists && !target.is_dir() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+    }
+    let c = CString::new(target.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: access(2) only reads the NUL-terminated path, which outlives the call.
+    match unsafe { libc::access(c.as_ptr(), libc::W_OK) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// What the kernel lets an exec pass in arguments and environment together: a quarter of
 /// the stack size limit, at least 32 pages and at most three quarters of 8 MiB (fs/exec.c).
 pub fn exec_size_limit() -> usize {

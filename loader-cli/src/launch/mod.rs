@@ -113,6 +113,12 @@ pub fn start(start: Start) -> Result<Infallible, Error> {
     }
     let spec_len = launch.run_spec.len();
     let exec_size = launch.exec_size();
+    // The files the run's end writes (`--flamegraph`, `--pprof`; the runtime writes them, as
+    // this user): a path that cannot be written is said before the program runs, not after.
+    // They are not made here: the runtime may still refuse the run.
+    for path in [&spec.aggregate.flamegraph, &spec.aggregate.pprof].into_iter().flatten().map(PathBuf::from) {
+        sys::may_write(&path).map_err(|source| Error::Output { path, source })?;
+    }
     // Last: nothing is created unless the program is about to start.
     if let Some(path) = &file {
         OpenOptions::new()
