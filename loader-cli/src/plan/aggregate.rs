@@ -68,6 +68,13 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
         None => Ok(texts.to_vec()),
     };
     let by = cli.by.as_ref().map(|keys| one_line("--by", std::slice::from_ref(keys))).transpose()?;
+    if let Some(keys) = &cli.by {
+        let parts: Vec<&str> = keys.split(',').map(str::trim).collect();
+        let twice = (1..parts.len()).any(|i| parts[..i].contains(&parts[i]));
+        needs_value(twice, "--by", keys, "a key part given twice")?;
+        let stacks = parts.iter().filter(|p| **p == "ustack" || p.starts_with("ustack:")).count();
+        needs_value(stacks > 1, "--by", keys, "one stack a key (ustack or ustack:DEPTH, once)")?;
+    }
     Ok(Aggregate {
         count: cli.count,
         by: by.map(|keys| keys.concat()),
@@ -85,6 +92,14 @@ pub fn aggregation(cli: &Cli) -> Result<Aggregate, Error> {
 }
 
 /// A file the end of the run writes, as a whole path (the program may change directory).
+/// `Err` naming `option` and its `value` with `reason` if `refused`.
+fn needs_value(refused: bool, option: &'static str, value: &str, reason: &'static str) -> Result<(), Error> {
+    match refused {
+        true => Err(Error::AggregateValue { option, value: value.to_owned(), reason }),
+        false => Ok(()),
+    }
+}
+
 fn whole_path(option: &'static str, path: Option<&std::path::Path>) -> Result<Option<String>, Error> {
     let Some(path) = path else { return Ok(None) };
     let whole = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -149,6 +164,11 @@ mod tests {
             "--format chrome: reports are text, json or folded"
         );
         assert_eq!(refused(&["--latency", "f\ng"]), "--latency 'f\\ng': contains a newline");
+        assert_eq!(
+            refused(&["-e", "p t:f", "--count", "--by", "ustack:4,ustack"]),
+            "--by 'ustack:4,ustack': one stack a key (ustack or ustack:DEPTH, once)"
+        );
+        assert_eq!(refused(&["-e", "p t:f", "--count", "--by", "tid,tid"]), "--by 'tid,tid': a key part given twice");
         assert_eq!(
             refused(&["-e", "p t:f", "--count", "--pprof", "x.pb.gz"]),
             "--pprof: writes the stacks of --count --by ustack"
