@@ -201,6 +201,10 @@ fn bad_lines_functions_files_and_programs_without_dwarf_are_refused_naming_what_
             && e.contains("has no code (nearest lines with code: classify:7, classify:9)"),
         "{e}"
     );
+    // Past classify's end (line 33 is blank, 34 is loop's first line): only classify's
+    // own lines are offered, not loop's.
+    let e = refused(&format!("p {p}:classify:15"), &prog);
+    assert!(e.contains("has no code (nearest lines with code: classify:13)\n"), "{e}");
     // Line 20 (`int r;`) has a row, at classify's entry, which is line 18's.
     let e = refused(&format!("p {p}:classify:2"), &prog);
     assert!(e.contains("shares its address") && e.contains("probe classify:0 instead"), "{e}");

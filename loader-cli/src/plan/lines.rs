@@ -169,7 +169,8 @@ pub fn line_addresses(debug: &Debug, place: &LinePlace) -> Result<Vec<Site>, Str
     Ok(sites)
 }
 
-/// ` (nearest lines with code: 22, 25)`, in the place's own numbering.
+/// ` (nearest lines with code: 22, 25)`, in the place's own numbering; for `FUNC:N`, lines
+/// of FUNC only (a line of the next function is not FUNC's to offer).
 /// Every unit that has the file is searched: with link-time optimization, a file's lines are
 /// spread over several.
 fn nearest(debug: &Debug, file: &str, line: u32, place: &LinePlace) -> String {
@@ -178,10 +179,14 @@ fn nearest(debug: &Debug, file: &str, line: u32, place: &LinePlace) -> String {
         if !unit.files.iter().any(|f| same_file(f, file)) {
             continue;
         }
+        let ours = |s: Spot| match place {
+            LinePlace::Function { name, .. } => walk::in_function(unit, s.2, name),
+            LinePlace::File { .. } => true,
+        };
         lines.extend(
             walk::unit_lines(unit)
                 .into_iter()
-                .filter(|&s| same_file(&unit.files[s.0], file) && walk::listed(unit, s))
+                .filter(|&s| same_file(&unit.files[s.0], file) && walk::listed(unit, s) && ours(s))
                 .map(|s| s.1),
         );
     }
