@@ -258,6 +258,15 @@ fn python_list_append_as_perf_probe_reads_it() {
     // The script's own appends, last: to a list of 0, 1, 2 items, then 3.
     let tail: Vec<&str> = mine.iter().rev().take(4).rev().map(|r| r.split(" refs=").next().unwrap()).collect();
     assert_eq!(tail, [r#"size=0 tp="int""#, r#"size=1 tp="int""#, r#"size=2 tp="int""#, r#"size=3 tp="str""#]);
+    // Without a variable, the function is placed by the DWARF as well, entry and return.
+    let plain = run_uprobe(&["--count", "-e", "p list_append", "-e", "r list_append", PYTHON, s(&script)]);
+    assert!(plain.status.success(), "{}", plain.stderr);
+    let counts: Vec<&str> = plain.output.lines().filter(|l| l.starts_with("list_append")).collect();
+    let n = mine.len();
+    assert_eq!(counts.len(), 2, "{}", plain.output);
+    for line in counts {
+        assert!(line.ends_with(&format!(" {n}")), "{n} calls: {}", plain.output);
+    }
     let event = format!("pyla{}", std::process::id());
     let Some(trace) = with_perf(PYTHON, "probe_python3", &[(event.clone(), format!("list_append {args}"))], || {
         assert!(run_plain(Path::new(PYTHON), &[s(&script)]).status.success());

@@ -398,7 +398,7 @@ fn events(cli: &Cli, aggregation: &Aggregate) -> Result<Events, Error> {
         definitions = usdt::translate(&definitions, &program)?;
         definitions = lines::translate(&definitions, &program)?;
     }
-    if definitions.iter().any(|t| dwarf::names_variables(t) || dwarf::types_retval(t)) {
+    if definitions.iter().any(|t| dwarf::names_variables(t) || dwarf::types_retval(t) || dwarf::plain_function(t)) {
         // DWARF names become fetchargs (registers, offsets) at the function's entry, and
         // `$retval` takes the function's return type.
         let program = match cli.pid {

@@ -472,6 +472,26 @@ pub fn types_retval(text: &str) -> bool {
     at_function && fetch_words(text).iter().any(|w| untyped_retval(w).is_some())
 }
 
+/// Whether a definition is a plain probe at one named function (`p FUNC`, `r MODULE:FUNC`),
+/// with no DWARF name to translate: placed by the DWARF only where the module's symbols do
+/// not name the function (see [`placed`]).
+pub fn plain_function(text: &str) -> bool {
+    let words = def::words(text);
+    let [(_, head), (_, place), ..] = words.as_slice() else { return false };
+    def::parse(&format!("{head} {place}"))
+        .is_ok_and(|p| matches!(&p.place, Place::Symbol { name, .. } if !def::is_glob(name)))
+}
+
+/// Whether `path`'s symbol tables define function `name` (None: the file cannot be read).
+fn names_function(path: &Path, name: &str) -> Option<bool> {
+    let data = fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let defines = |s: &object::Symbol| {
+        s.is_definition() && s.kind() == object::SymbolKind::Text && s.name_bytes().ok() == Some(name.as_bytes())
+    };
+    Some(file.dynamic_symbols().any(|s| defines(&s)) || file.symbols().any(|s| defines(&s)))
+}
+
 /// The definitions with each DWARF name replaced by its fetcharg, and `$retval` typed from
 /// the function's return type where the DWARF has the function; the others unchanged.
 /// `program` is where a function without a MODULE is looked up.
@@ -480,7 +500,8 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
     let mut out = Vec::with_capacity(defs.len());
     for text in defs {
         let names = names_variables(text);
-        if !names && !types_retval(text) {
+        let plain = !names && !types_retval(text) && plain_function(text);
+        if !names && !types_retval(text) && !plain {
             out.push(text.clone());
             continue;
         }
@@ -514,6 +535,14 @@ pub fn translate(defs: &[String], program: &Path) -> Result<Vec<String>, Error> 
                 None => return Err(refuse(format!("no module {m:?}: not the program, none of its libraries"))),
             },
         };
+        if plain {
+            // A function the symbols name is placed by them, as always; only one they do
+            // not name (static in a stripped program) is looked for in the DWARF.
+            if names_function(&file, name) != Some(false) {
+                out.push(text.clone());
+                continue;
+            }
+        }
         if !loaded.contains_key(&file) {
             match Module::load(&file) {
                 Ok(m) => loaded.insert(file.clone(), m),
