@@ -35,21 +35,8 @@ pub fn lines(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut d
         left_out += k.rest.1 + k.dropped + k.unblocked;
         let parts: Vec<bool> = plans.events[event].key.iter().flatten().map(|p| p.key.depth().is_some()).collect();
         for row in &k.rows {
-            let mut frames: Vec<String> = Vec::new();
-            if stacked.len() > 1 {
-                frames.push(clean(events[event].name));
-            }
-            for (cell, &stack) in row.cells.iter().zip(&parts) {
-                match stack {
-                    true => frames.extend(cell.lines().rev().map(function)),
-                    false => frames.push(clean(cell)),
-                }
-            }
-            let line = frames.join(";");
-            match lines.iter_mut().find(|(l, _)| *l == line) {
-                Some((_, n)) => *n += row.count,
-                None => lines.push((line, row.count)),
-            }
+            let event = (stacked.len() > 1).then(|| events[event].name);
+            add_line(&mut lines, event, &row.cells, &parts, row.count);
         }
     }
     // Timed calls by stack: each stack's total ns, as off-CPU flame graphs weigh theirs.
@@ -58,18 +45,7 @@ pub fn lines(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut d
         left_out += k.rest.1 + k.not_split;
         let parts: Vec<bool> = plans.events[plan.event].key.iter().flatten().map(|p| p.key.depth().is_some()).collect();
         for (row, lat) in &k.rows {
-            let mut frames: Vec<String> = Vec::new();
-            for (cell, &stack) in row.cells.iter().zip(&parts) {
-                match stack {
-                    true => frames.extend(cell.lines().rev().map(function)),
-                    false => frames.push(clean(cell)),
-                }
-            }
-            let line = frames.join(";");
-            match lines.iter_mut().find(|(l, _)| *l == line) {
-                Some((_, n)) => *n += lat.total,
-                None => lines.push((line, lat.total)),
-            }
+            add_line(&mut lines, None, &row.cells, &parts, lat.total);
         }
     }
     lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -80,6 +56,23 @@ pub fn lines(plans: &Plans, events: &[EventView], snap: &Snapshot, names: &mut d
 pub fn write(out: &mut String, lines: &[(String, u64)]) {
     for (line, count) in lines {
         let _ = writeln!(out, "{line} {count}");
+    }
+}
+
+/// Adds `n` to the folded line of a key's `cells` (each stack cell's frames outermost
+/// first, the other parts as frames of their own; `event`'s name first when given).
+fn add_line(lines: &mut Vec<(String, u64)>, event: Option<&str>, cells: &[String], stacks: &[bool], n: u64) {
+    let mut frames: Vec<String> = event.map(clean).into_iter().collect();
+    for (cell, &stack) in cells.iter().zip(stacks) {
+        match stack {
+            true => frames.extend(cell.lines().rev().map(function)),
+            false => frames.push(clean(cell)),
+        }
+    }
+    let line = frames.join(";");
+    match lines.iter_mut().find(|(l, _)| *l == line) {
+        Some((_, count)) => *count += n,
+        None => lines.push((line, n)),
     }
 }
 
