@@ -156,6 +156,16 @@ pub struct Run {
 }
 
 impl Run {
+    /// The `NAME=VALUE` text of each record of trace event `event`, in order.
+    pub fn records(&self, event: &str) -> Vec<String> {
+        let tag = format!(" {event}: (");
+        self.output
+            .lines()
+            .filter_map(|l| l.split_once(&tag))
+            .map(|(_, rest)| rest.split_once(") ").map_or("", |(_, a)| a).to_string())
+            .collect()
+    }
+
     /// Output lines starting with `prefix`, prefix removed.
     pub fn lines_with(&self, prefix: &str) -> Vec<String> {
         self.output.lines().filter_map(|l| l.strip_prefix(prefix)).map(str::to_string).collect()
@@ -329,4 +339,26 @@ pub fn tracefs() -> Result<PathBuf, String> {
         }
     }
     Err("no writable tracefs uprobe_events (needs root and a kernel with CONFIG_UPROBE_EVENTS)".into())
+}
+
+/// `run` with the kernel's `events` of tracefs `group` enabled, its result and the trace
+/// they wrote, read from a trace instance of its own (other programs clearing the main
+/// buffer cannot empty it).
+pub fn kernel_run<T>(tracing: &Path, group: &str, events: &[&str], run: impl FnOnce() -> T) -> (T, String) {
+    let instance = tracing.join("instances").join(format!("{group}{}", std::process::id()));
+    let made = std::fs::create_dir(&instance).is_ok();
+    let at = if made { instance.clone() } else { tracing.to_path_buf() };
+    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
+    for e in events {
+        enable(e, "1").unwrap();
+    }
+    let out = run();
+    for e in events {
+        let _ = enable(e, "0");
+    }
+    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
+    if made {
+        let _ = std::fs::remove_dir(&instance);
+    }
+    (out, trace)
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use uprobe_tests::{fixture, gcc, run_plain, run_uprobe, tracefs, uprobe_run, Run};
+use uprobe_tests::{fixture, gcc, kernel_run, run_plain, run_uprobe, tracefs, uprobe_run};
 
 fn prog() -> PathBuf {
     fixture("dwarfvars", &["-O2", "-g", "-Wall", "-Wextra"])
@@ -19,16 +19,6 @@ fn prog() -> PathBuf {
 
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// The `NAME=VALUE` text of each record of `event`, in order.
-fn records(run: &Run, event: &str) -> Vec<String> {
-    let tag = format!(" {event}: (");
-    run.output
-        .lines()
-        .filter_map(|l| l.split_once(&tag))
-        .map(|(_, rest)| rest.split_once(") ").map_or("", |(_, a)| a).to_string())
-        .collect()
 }
 
 const PARSE: &str = "p parse len b->data:string flags b->arr[2] b->in.s b->in.c b->col b->ok name:string blen=b->len";
@@ -42,7 +32,7 @@ fn parameters_fields_and_elements_print_their_c_values() {
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(run.stdout, "r=103\n");
     assert_eq!(
-        records(&run, "parse"),
+        run.records("parse"),
         [
             r#"len=2 data="hello" flags=16 arr=3 s=-5 c=200 col=BLUE ok=true name="other" blen=41"#,
             r#"len=3 data="hello" flags=32 arr=3 s=-5 c=200 col=BLUE ok=true name="second" blen=42"#,
@@ -50,7 +40,7 @@ fn parameters_fields_and_elements_print_their_c_values() {
         ]
     );
     assert_eq!(
-        records(&run, "classify"),
+        run.records("classify"),
         [
             "sc=-3 flag=true c=GREEN u=65535",
             "sc=4 flag=false c=BLUE u=1",
@@ -59,7 +49,7 @@ fn parameters_fields_and_elements_print_their_c_values() {
         ]
     );
     // `scaled` is computed in the body; gcc says `total` is 0 from the entry on.
-    assert_eq!(records(&run, "sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
+    assert_eq!(run.records("sum"), ["scaled=(optimized out) n=4 a=-2 total=0"]);
 }
 
 #[test]
@@ -79,15 +69,15 @@ fn floats_and_doubles_come_from_the_vector_registers() {
         s(&prog),
     ]);
     assert!(run.status.success(), "{}", run.stderr);
-    assert_eq!(records(&run, "scale"), ["x=1.5 f=2 n=3", "x=-0.25 f=0.5 n=-1"]);
-    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
-    assert_eq!(records(&run, "halve"), ["v=5"]);
-    assert_eq!(records(&run, "halve__return"), ["r=2.5"]);
-    assert_eq!(records(&run, "field"), ["d=2.5", "d=2.5", "d=2.5"]);
+    assert_eq!(run.records("scale"), ["x=1.5 f=2 n=3", "x=-0.25 f=0.5 n=-1"]);
+    assert_eq!(run.records("scale__return"), ["r=6", "r=-1.125"]);
+    assert_eq!(run.records("halve"), ["v=5"]);
+    assert_eq!(run.records("halve__return"), ["r=2.5"]);
+    assert_eq!(run.records("field"), ["d=2.5", "d=2.5", "d=2.5"]);
     // The whole vector state (XSAVE) keeps xmm0..15 where the legacy area has them.
     let run = run_uprobe(&["--full-vector-state", "-e", "p scale x f", "-e", "r scale r=%xmm0:f64", s(&prog)]);
-    assert_eq!(records(&run, "scale"), ["x=1.5 f=2", "x=-0.25 f=0.5"], "{}", run.stderr);
-    assert_eq!(records(&run, "scale__return"), ["r=6", "r=-1.125"]);
+    assert_eq!(run.records("scale"), ["x=1.5 f=2", "x=-0.25 f=0.5"], "{}", run.stderr);
+    assert_eq!(run.records("scale__return"), ["r=6", "r=-1.125"]);
     // Counted events save the vectors too when they read one (a key of the others).
     let run = run_uprobe(&["--count", "--by", "n", "-e", "p scale x n", s(&prog), "3"]);
     assert!(run.output.contains("count scale by n: 6 hits, 2 keys"), "{}", run.output);
@@ -117,20 +107,20 @@ fn retval_takes_the_functions_return_type() {
     ]);
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(run.stdout, "r=103\n");
-    assert_eq!(records(&run, "parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
-    assert_eq!(records(&run, "cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
-    assert_eq!(records(&run, "classify__return"), ["c=GREEN", "c=RED", "c=BLUE", "c=RED"]);
-    assert_eq!(records(&run, "is_blue__return"), ["arg1=false", "arg1=false", "arg1=true", "arg1=false"]);
-    assert_eq!(records(&run, "scale__return"), ["arg1=6", "arg1=-1.125"]);
-    assert_eq!(records(&run, "halve__return"), ["h=2.5"]);
-    assert_eq!(records(&run, "sum__return"), ["arg1=168"]);
+    assert_eq!(run.records("parse__return"), ["arg1=-18", "arg1=-28", "arg1=-36"]);
+    assert_eq!(run.records("cn"), [r#"arg1="red""#, r#"arg1="green""#, r#"arg1="blue""#, r#"arg1="blue""#]);
+    assert_eq!(run.records("classify__return"), ["c=GREEN", "c=RED", "c=BLUE", "c=RED"]);
+    assert_eq!(run.records("is_blue__return"), ["arg1=false", "arg1=false", "arg1=true", "arg1=false"]);
+    assert_eq!(run.records("scale__return"), ["arg1=6", "arg1=-1.125"]);
+    assert_eq!(run.records("halve__return"), ["h=2.5"]);
+    assert_eq!(run.records("sum__return"), ["arg1=168"]);
     // A type written by hand is kept (the int is in %eax: the upper half is zero).
-    assert_eq!(records(&run, "hex")[0], "arg1=0xffffffee");
+    assert_eq!(run.records("hex")[0], "arg1=0xffffffee");
     // Without DWARF, $retval stays the kernel's x64.
     let nodebug = gcc("dwarfvars_nodebug", &["fixtures/dwarfvars.c"], &["-O2"]);
     let run = run_uprobe(&["-e", "r parse $retval", s(&nodebug)]);
     assert!(run.status.success(), "{}", run.stderr);
-    assert_eq!(records(&run, "parse__return")[0], "arg1=0xffffffee");
+    assert_eq!(run.records("parse__return")[0], "arg1=0xffffffee");
 }
 
 #[test]
@@ -139,8 +129,8 @@ fn enums_show_their_enumerators_name() {
     let run = run_uprobe(&["-e", "p is_blue c", "-e", "p:d/n is_blue n=c:u32", s(&prog)]);
     assert!(run.status.success(), "{}", run.stderr);
     // 7 is no enumerator's value: its number.
-    assert_eq!(records(&run, "is_blue"), ["c=RED", "c=GREEN", "c=BLUE", "c=7"]);
-    assert_eq!(records(&run, "n"), ["n=0", "n=5", "n=6", "n=7"], "a type by hand shows the number");
+    assert_eq!(run.records("is_blue"), ["c=RED", "c=GREEN", "c=BLUE", "c=7"]);
+    assert_eq!(run.records("n"), ["n=0", "n=5", "n=6", "n=7"], "a type by hand shows the number");
     let run = run_uprobe(&["--format", "json", "-e", "p is_blue c if c >= 5", s(&prog)]);
     let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
     assert_eq!(args, [r#"{"c":"GREEN"}}"#, r#"{"c":"BLUE"}}"#, r#"{"c":7}}"#], "{}", run.output);
@@ -158,9 +148,9 @@ fn bools_and_char_pointers_by_default() {
     let run = run_uprobe(&["-e", "p parse b->data name ok=b->ok", "-e", "p:d/ptr parse p=name:x64", s(&prog)]);
     assert!(run.status.success(), "{}", run.stderr);
     let want = [r#"data="hello" name="other" ok=true"#, r#"data="hello" name="second" ok=true"#];
-    assert_eq!(records(&run, "parse")[..2], want);
+    assert_eq!(run.records("parse")[..2], want);
     // `:x64` by hand still gives the pointer.
-    assert!(records(&run, "ptr").iter().all(|r| r.starts_with("p=0x")), "{}", run.output);
+    assert!(run.records("ptr").iter().all(|r| r.starts_with("p=0x")), "{}", run.output);
     let run = run_uprobe(&["--format", "json", "-e", "p classify flag", s(&prog)]);
     let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
     assert_eq!(args, [r#"{"flag":true}}"#, r#"{"flag":false}}"#, r#"{"flag":true}}"#, r#"{"flag":true}}"#]);
@@ -314,7 +304,7 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
         s(&prog),
     ]);
     assert!(ours.status.success(), "{}", ours.stderr);
-    let ours: Vec<Vec<String>> = records(&ours, &event).iter().map(|a| normal(a)).collect();
+    let ours: Vec<Vec<String>> = ours.records(&event).iter().map(|a| normal(a)).collect();
     assert_eq!(ours, kernel);
 }
 
@@ -368,34 +358,8 @@ fn retvals_equal_what_perf_probe_reads_with_the_kernel() {
             })
             .collect();
         assert_eq!(kernel.len(), if *f == "parse" { 3 } else { 4 }, "{trace}");
-        assert_eq!(records(&ours, &format!("{f}__return")), kernel, "{f}");
+        assert_eq!(ours.records(&format!("{f}__return")), kernel, "{f}");
     }
-}
-
-/// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from
-/// a trace instance of its own (other programs clearing the main buffer cannot empty it).
-fn kernel_run(
-    tracing: &std::path::Path,
-    group: &str,
-    events: &[&str],
-    run: impl FnOnce() -> std::process::Output,
-) -> (std::process::Output, String) {
-    let instance = tracing.join("instances").join(format!("{group}{}", std::process::id()));
-    let made = std::fs::create_dir(&instance).is_ok();
-    let at = if made { instance.clone() } else { tracing.to_path_buf() };
-    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
-    for e in events {
-        enable(e, "1").unwrap();
-    }
-    let out = run();
-    for e in events {
-        let _ = enable(e, "0");
-    }
-    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
-    if made {
-        let _ = std::fs::remove_dir(&instance);
-    }
-    (out, trace)
 }
 
 /// The pid of the run that hit `event` in the trace (the `comm-PID` word).
@@ -458,9 +422,9 @@ fn values_at_lines_are_the_programs_own() {
             )
         })
         .collect();
-    assert_eq!(records(&run, "six"), six, "{}", run.output);
+    assert_eq!(run.records("six"), six, "{}", run.output);
     let seven: Vec<String> = want.iter().map(|(_, _, n, b2, k)| format!("n={n} k={k} b2={b2}")).collect();
-    assert_eq!(records(&run, "seven"), seven, "{}", run.output);
+    assert_eq!(run.records("seven"), seven, "{}", run.output);
     // $vars: those with a value there; `r` is only its entry value at this line (left out).
     let all: Vec<String> = want
         .iter()
@@ -469,7 +433,7 @@ fn values_at_lines_are_the_programs_own() {
             format!("n={n} buf={{{}}} k={k}", buf.join(","))
         })
         .collect();
-    assert_eq!(records(&run, "all"), all, "{}", run.output);
+    assert_eq!(run.records("all"), all, "{}", run.output);
 }
 
 /// The records' `NAME=VALUE` words of `event` in the trace, of process `pid` only.
@@ -519,9 +483,9 @@ fn values_at_lines_equal_what_perf_probe_reads_with_the_kernel() {
         p,
     ]);
     assert!(ours.status.success(), "{}", ours.stderr);
-    assert_eq!(records(&ours, &six), traced(&trace, &six, &pid), "{trace}");
-    assert_eq!(records(&ours, &seven), traced(&trace, &seven, &pid), "{trace}");
-    assert_eq!(records(&ours, &seven).len(), 3);
+    assert_eq!(ours.records(&six), traced(&trace, &six, &pid), "{trace}");
+    assert_eq!(ours.records(&seven), traced(&trace, &seven, &pid), "{trace}");
+    assert_eq!(ours.records(&seven).len(), 3);
     let refused = Command::new("perf").args(["probe", "-x", p, "-a", "fill:6 k"]).output().unwrap();
     assert!(!refused.status.success(), "perf probe placed k where it has no location");
 }

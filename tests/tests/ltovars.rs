@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
-use uprobe_tests::{gcc, run_plain, run_uprobe, tempfile, tracefs, uprobe_run, Run};
+use uprobe_tests::{gcc, kernel_run, run_plain, run_uprobe, tempfile, tracefs, uprobe_run};
 
 /// The kernel's uprobes that perf places are in the file, for every process that runs it:
 /// the tests of this file run one at a time.
@@ -25,16 +25,6 @@ fn prog() -> PathBuf {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// The `NAME=VALUE` text of each record of `event`, in order.
-fn records(run: &Run, event: &str) -> Vec<String> {
-    let tag = format!(" {event}: (");
-    run.output
-        .lines()
-        .filter_map(|l| l.split_once(&tag))
-        .map(|(_, rest)| rest.split_once(") ").map_or("", |(_, a)| a).to_string())
-        .collect()
 }
 
 const ENTRY: &str = "id=it->id price=it->price name=it->name:string total=it->total qty";
@@ -59,7 +49,7 @@ fn fields_at_the_entry_and_at_a_line_print_their_c_values() {
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(run.stdout, "sum=213\n");
     assert_eq!(
-        records(&run, "account"),
+        run.records("account"),
         [
             r#"id=7 price=120 name="bolt" total=0 qty=1"#,
             r#"id=8 price=-40 name="nut" total=0 qty=2"#,
@@ -67,7 +57,7 @@ fn fields_at_the_entry_and_at_a_line_print_their_c_values() {
         ]
     );
     assert_eq!(
-        records(&run, "ltovars_lib_L14"),
+        run.records("ltovars_lib_L14"),
         [
             r#"eid=7 ename="bolt" count=1 n=1"#,
             r#"eid=8 ename="nut" count=2 n=2"#,
@@ -76,7 +66,7 @@ fn fields_at_the_entry_and_at_a_line_print_their_c_values() {
     );
     // w = price * qty * 3 + id, before it is added to the total.
     assert_eq!(
-        records(&run, "ltovars_L14"),
+        run.records("ltovars_L14"),
         [r#"w=367 total=0 name="bolt""#, r#"w=-232 total=0 name="nut""#, r#"w=54 total=0 name="washer""#]
     );
 }
@@ -111,27 +101,6 @@ fn vars_lists_the_variables_of_every_unit() {
     let text = vars("ltovars.c:14");
     assert!(text.contains("\t\tstruct item*\tit\t%di:x64\n"), "{text}");
     assert!(text.contains("\t\tlong int\tw\t%dx:s64\n"), "{text}");
-}
-
-/// `run` with the kernel's `events` of `group` enabled, and the trace they wrote, read from
-/// a trace instance of its own.
-fn kernel_run(tracing: &Path, group: &str, events: &[&str], run: impl FnOnce()) -> String {
-    let instance = tracing.join("instances").join(format!("{group}{}", std::process::id()));
-    let made = std::fs::create_dir(&instance).is_ok();
-    let at = if made { instance.clone() } else { tracing.to_path_buf() };
-    let enable = |e: &str, v: &str| std::fs::write(at.join("events").join(group).join(e).join("enable"), v);
-    for e in events {
-        enable(e, "1").unwrap();
-    }
-    run();
-    for e in events {
-        let _ = enable(e, "0");
-    }
-    let trace = std::fs::read_to_string(at.join("trace")).unwrap_or_default();
-    if made {
-        let _ = std::fs::remove_dir(&instance);
-    }
-    trace
 }
 
 /// The `NAME=VALUE` words of `event`'s records in the trace, unsigned hex made decimal.
@@ -179,7 +148,7 @@ fn with_perf(prog: &str, group: &str, specs: &[(String, String)], run: impl FnOn
         }
     }
     let events: Vec<&str> = specs.iter().map(|(e, _)| e.as_str()).collect();
-    let trace = kernel_run(&tracing, group, &events, run);
+    let ((), trace) = kernel_run(&tracing, group, &events, run);
     delete();
     Some(trace)
 }
@@ -211,9 +180,9 @@ fn values_equal_what_perf_probe_reads_with_the_kernel() {
     ]);
     assert!(ours.status.success(), "{}", ours.stderr);
     assert_eq!(traced(&trace, &entry).len(), 3, "{trace}");
-    assert_eq!(records(&ours, &entry), traced(&trace, &entry), "{trace}");
-    assert_eq!(records(&ours, &inlined), traced(&trace, &inlined), "{trace}");
-    assert_eq!(records(&ours, &line), traced(&trace, &line), "{trace}");
+    assert_eq!(ours.records(&entry), traced(&trace, &entry), "{trace}");
+    assert_eq!(ours.records(&inlined), traced(&trace, &inlined), "{trace}");
+    assert_eq!(ours.records(&line), traced(&trace, &line), "{trace}");
 }
 
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -254,7 +223,7 @@ fn python_list_append_as_perf_probe_reads_it() {
     let ours = run_uprobe(&["-e", &format!("p list_append {args}"), PYTHON, s(&script)]);
     assert!(ours.status.success(), "{}", ours.stderr);
     assert_eq!(ours.stdout, "4\n");
-    let mine = records(&ours, "list_append");
+    let mine = ours.records("list_append");
     // The script's own appends, last: to a list of 0, 1, 2 items, then 3.
     let tail: Vec<&str> = mine.iter().rev().take(4).rev().map(|r| r.split(" refs=").next().unwrap()).collect();
     assert_eq!(tail, [r#"size=0 tp="int""#, r#"size=1 tp="int""#, r#"size=2 tp="int""#, r#"size=3 tp="str""#]);
