@@ -10,7 +10,7 @@
 //! libc, one `gettid` system call at a thread's first hit); the rest runs on the drain thread
 //! or at start-up and fork.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::stats::Call;
 use crate::base::sys;
@@ -39,6 +39,27 @@ pub struct Ring {
     head: Pad<AtomicU64>,
     /// Written by the drain thread only.
     tail: Pad<AtomicU64>,
+    /// Its pages, faulted in ahead of the owner (see [`Ring::prefault`]).
+    paging: Pad<Paging>,
+}
+
+#[derive(Default)]
+struct Paging {
+    /// How many bytes from the ring's start have their pages in (raised by the drain
+    /// thread, and by the owner when the drain thread lags).
+    faulted: AtomicUsize,
+    /// The head at the drain thread's last look, and the most the owner wrote between two
+    /// looks (drain thread).
+    looked: AtomicU64,
+    stride: AtomicUsize,
+}
+
+impl Paging {
+    fn reset(&self) {
+        self.faulted.store(0, Ordering::Relaxed);
+        self.looked.store(0, Ordering::Relaxed);
+        self.stride.store(0, Ordering::Relaxed);
+    }
 }
 
 #[repr(align(64))]
@@ -90,6 +111,14 @@ fn wake_drain() {
     if SLEEPING.load(Ordering::Relaxed) && SLEEPING.swap(false, Ordering::AcqRel) {
         WAKE.fetch_add(1, Ordering::Release);
         sys::futex_wake(&WAKE, 1);
+    }
+}
+
+/// Faults in the next pages of every ring in use that is short of them (drain thread).
+pub fn prefault_in_use() {
+    let Some(pool) = pool() else { return };
+    for ring in pool.rings.iter().filter(|r| r.state.load(Ordering::Acquire) != FREE) {
+        ring.prefault();
     }
 }
 
@@ -162,6 +191,7 @@ pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
             data: base + i * size,
             head: Pad(AtomicU64::new(0)),
             tail: Pad(AtomicU64::new(0)),
+            paging: Pad(Paging::default()),
         })
         .collect();
     PID.store(sys::getpid(), Ordering::Relaxed);
@@ -203,6 +233,8 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
     ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
     ring.generation.fetch_add(1, Ordering::Release);
     set_mine(i as u32 + 1);
+    // The drain thread faults the first pages in while this thread writes its first records.
+    wake_drain();
     Some(ring)
 }
 
@@ -251,6 +283,14 @@ impl Ring {
         }
     }
 }
+
+/// How far past the owner's head the drain thread faults pages in, at least (bytes).
+const FAULT_AHEAD: usize = 4 << 20;
+/// How close to the end of the pages in the owner may come before it wakes the drain thread.
+const FAULT_MARGIN: usize = 2 << 20;
+/// How close to it the owner comes before it faults pages in itself, and how many.
+const OWN_MARGIN: usize = 64 << 10;
+const OWN_CHUNK: usize = 256 << 10;
 
 /// How far ahead of the head a record prefetches (bytes).
 const PREFETCH: usize = 1024;
@@ -354,6 +394,10 @@ impl Writer<'_> {
         if (head - self.tail) as usize > high_water(size) {
             wake_drain();
         }
+        let (at, faulted) = (offset(head, size), self.ring.paging.0.faulted.load(Ordering::Relaxed));
+        if faulted < size && at + FAULT_MARGIN > faulted {
+            self.ring.short_of_pages(at, faulted, size);
+        }
         // Asks for the lines a few records ahead now, for writing: the next records find
         // them in this core's cache instead of waiting for each one.
         let ahead = offset(head + PREFETCH as u64, size);
@@ -418,17 +462,41 @@ impl Ring {
         (head.max(tail) - start) as usize
     }
 
-    /// Faults in the pages the owner will write next, up to `ahead` bytes past its head (drain
-    /// thread): a page fault on the hit path costs a microsecond.
-    pub fn prefault(&self, ahead: usize) {
+    /// The owner, writing at `at` of a ring of `size`, came within [`FAULT_MARGIN`] of the
+    /// pages faulted in, `faulted` (hit path): wakes the drain thread, which faults pages in
+    /// ahead; a drain thread too busy to do so in time leaves the owner to fault in the next
+    /// [`OWN_CHUNK`] itself, one system call where each page would have faulted.
+    #[cold]
+    fn short_of_pages(&self, at: usize, faulted: usize, size: usize) {
+        wake_drain();
+        if at + OWN_MARGIN > faulted {
+            let from = faulted.max(sys::page_floor(at));
+            let until = (sys::page_ceil(at) + OWN_CHUNK).min(size);
+            sys::populate_write(self.data + from, until - from);
+            self.paging.0.faulted.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Faults in the pages the owner will write next (drain thread): a page fault on the hit
+    /// path costs about a microsecond, 15-20 ns a record. As far ahead as four times the
+    /// most the owner wrote between two looks, at least [`FAULT_AHEAD`]: a drain thread
+    /// busy for a while (a long copy or sort) still finds the owner in pages faulted in. The
+    /// ring is written from its start and its pages stay, so the pages in are a prefix of
+    /// it, and once it is whole nothing is left to do.
+    pub fn prefault(&self) {
         let size = ring_size();
+        let paging = &self.paging.0;
+        let faulted = paging.faulted.load(Ordering::Relaxed);
+        if faulted >= size {
+            return;
+        }
         let head = self.head.0.load(Ordering::Acquire);
-        let tail = self.tail.0.load(Ordering::Relaxed);
-        let free = size - (head - tail) as usize;
-        let at = sys::page_floor(offset(head, size));
-        let len = ahead.min(free).min(size - at);
-        if len > 0 {
-            sys::populate_write(self.data + at, sys::page_ceil(len));
+        let wrote = head.saturating_sub(paging.looked.swap(head, Ordering::Relaxed)) as usize;
+        let stride = paging.stride.fetch_max(wrote, Ordering::Relaxed).max(wrote);
+        let until = sys::page_ceil(offset(head, size) + FAULT_AHEAD.max(4 * stride)).min(size);
+        if until > faulted {
+            sys::populate_write(self.data + faulted, until - faulted);
+            paging.faulted.fetch_max(until, Ordering::Relaxed);
         }
     }
 
@@ -451,6 +519,8 @@ pub fn after_fork() {
     for (i, ring) in pool.rings.iter().enumerate() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);
+        // Shared with the parent until written: each page would fault again.
+        ring.paging.0.reset();
         if mine != 0 && mine != u32::MAX && i == mine as usize - 1 {
             ring.tid.store(sys::gettid(), Ordering::Relaxed);
             ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -469,6 +539,7 @@ pub fn release_pages() {
     for ring in pool.rings.iter() {
         ring.head.0.store(0, Ordering::Relaxed);
         ring.tail.0.store(0, Ordering::Relaxed);
+        ring.paging.0.reset();
     }
     let (at, len) = (first.data, sys::page_ceil(pool.rings.len() * pool.size));
     // SAFETY: MADV_DONTNEED on the rings' own reservation (private, anonymous: it reads as

@@ -26,10 +26,6 @@ use crate::trace::{chain, clock};
 
 /// How long the thread sleeps between passes.
 const PERIOD_NS: u64 = 5_000_000;
-/// How far past a ring's head the drain thread faults pages in, at least; a ring that took
-/// more since the last look gets twice what it took (a page fault on the hit path costs a
-/// microsecond).
-const PREFAULT: usize = 1 << 20;
 /// How old a record must be before it is written (see the module doc).
 const MARGIN_NS: u64 = 10_000_000;
 
@@ -260,8 +256,13 @@ fn pass(last: bool) -> bool {
         }
         // Formatting is slower than recording: a ring filling meanwhile is emptied into the
         // new arena, staged after the records held back.
-        if i % URGENT_EVERY == URGENT_EVERY - 1 && buffers::any_past_high_water() {
-            collect(st, false);
+        // Its pages are faulted in ahead of it too.
+        if i % URGENT_EVERY == URGENT_EVERY - 1 {
+            if buffers::any_past_high_water() {
+                collect(st, false);
+            } else {
+                buffers::prefault_in_use();
+            }
         }
     }
     // What stays staged moves to the front of the other arena.
@@ -293,7 +294,9 @@ fn collect(st: &mut State, all: bool) {
     for InUse { ring, released } in buffers::in_use() {
         let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
         let key = ring as *const _ as usize - pool_base;
-        let freed = ring.drain(|rec| {
+        // Before the copy, which may take a while: the owner goes on writing meanwhile.
+        ring.prefault();
+        ring.drain(|rec| {
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
@@ -313,7 +316,7 @@ fn collect(st: &mut State, all: bool) {
         if st.comms.get(&key).is_none_or(|(g, _)| *g != generation) {
             st.comms.insert(key, (generation, comm_of(tid)));
         }
-        ring.prefault(PREFAULT.max(2 * freed));
+        ring.prefault();
         if all && released {
             ring.recycle();
         }
