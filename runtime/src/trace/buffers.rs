@@ -250,6 +250,8 @@ pub struct Writer<'a> {
     skipped: usize,
     /// The tail as the writer found it.
     tail: u64,
+    /// The ring's size.
+    size: usize,
 }
 
 impl Ring {
@@ -276,10 +278,10 @@ impl Ring {
         let to_end = size - at;
         let all = self.bytes(size);
         if wrap && to_end < free {
-            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, head, skipped: to_end, tail }
+            Writer { ring: self, buf: &mut all[..free - to_end], len: 0, head, skipped: to_end, tail, size }
         } else {
             let room = to_end.min(free);
-            Writer { ring: self, buf: &mut all[at..at + room], len: 0, head, skipped: 0, tail }
+            Writer { ring: self, buf: &mut all[at..at + room], len: 0, head, skipped: 0, tail, size }
         }
     }
 }
@@ -302,9 +304,8 @@ impl Writer<'_> {
     /// Whether starting over at the ring's start may give more room: the free space does
     /// not all lie before the ring's end.
     pub fn may_wrap(&self) -> bool {
-        let size = ring_size();
-        let at = offset(self.head, size);
-        self.skipped == 0 && self.buf.len() == size - at && self.ring.free() > self.buf.len()
+        let at = offset(self.head, self.size);
+        self.skipped == 0 && self.buf.len() == self.size - at && self.ring.free() > self.buf.len()
     }
 
     #[inline]
@@ -351,6 +352,15 @@ impl Writer<'_> {
         self.len += n;
     }
 
+    /// The padding at the old head of a record that wrapped, so the reader skips to the start.
+    #[cold]
+    fn pad_skipped(&self) {
+        let at = offset(self.head, self.size);
+        let all = self.ring.bytes(self.size);
+        all[at..at + 4].copy_from_slice(&(self.skipped as u32).to_le_bytes());
+        all[at + 4..at + 8].copy_from_slice(&PADDING.to_le_bytes());
+    }
+
     /// Overwrites 8 bytes at `at`, written before (a word known only later).
     #[inline]
     pub fn patch_u64(&mut self, at: usize, v: u64) {
@@ -372,7 +382,7 @@ impl Writer<'_> {
 
     /// Pads to 8 bytes, writes the size into the first 4 and publishes the record.
     /// By reference: moving the writer would copy it through a vector register.
-    #[inline]
+    #[inline(always)]
     pub fn commit(&mut self) -> Result<(), Full> {
         let padded = (self.len + ALIGN - 1) & !(ALIGN - 1);
         if padded > self.buf.len() {
@@ -381,22 +391,14 @@ impl Writer<'_> {
         self.len = padded;
         self.patch_u32(0, padded as u32);
         if self.skipped != 0 {
-            // The padding at the old head, so the reader skips to the start.
-            let size = ring_size();
-            let at = offset(self.head, size);
-            let all = self.ring.bytes(size);
-            all[at..at + 4].copy_from_slice(&(self.skipped as u32).to_le_bytes());
-            all[at + 4..at + 8].copy_from_slice(&PADDING.to_le_bytes());
+            self.pad_skipped();
         }
         let head = self.head + (self.skipped + padded) as u64;
         self.ring.head.0.store(head, Ordering::Release);
-        let size = ring_size();
-        if (head - self.tail) as usize > high_water(size) {
-            wake_drain();
-        }
+        let size = self.size;
         let (at, faulted) = (offset(head, size), self.ring.paging.0.faulted.load(Ordering::Relaxed));
-        if faulted < size && at + FAULT_MARGIN > faulted {
-            self.ring.short_of_pages(at, faulted, size);
+        if (head - self.tail) as usize > high_water(size) || (faulted < size && at + FAULT_MARGIN > faulted) {
+            self.ring.after_commit(at, faulted, size);
         }
         // Asks for the lines a few records ahead now, for writing: the next records find
         // them in this core's cache instead of waiting for each one.
@@ -462,14 +464,15 @@ impl Ring {
         (head.max(tail) - start) as usize
     }
 
-    /// The owner, writing at `at` of a ring of `size`, came within [`FAULT_MARGIN`] of the
-    /// pages faulted in, `faulted` (hit path): wakes the drain thread, which faults pages in
-    /// ahead; a drain thread too busy to do so in time leaves the owner to fault in the next
+    /// After a record that took the ring past its high-water mark, or its owner, writing at
+    /// `at` of a ring of `size`, within [`FAULT_MARGIN`] of the pages faulted in, `faulted`
+    /// (hit path): wakes the drain thread, which empties the ring and faults pages in ahead;
+    /// a drain thread too busy to do so in time leaves the owner to fault in the next
     /// [`OWN_CHUNK`] itself, one system call where each page would have faulted.
     #[cold]
-    fn short_of_pages(&self, at: usize, faulted: usize, size: usize) {
+    fn after_commit(&self, at: usize, faulted: usize, size: usize) {
         wake_drain();
-        if at + OWN_MARGIN > faulted {
+        if faulted < size && at + OWN_MARGIN > faulted {
             let from = faulted.max(sys::page_floor(at));
             let until = (sys::page_ceil(at) + OWN_CHUNK).min(size);
             sys::populate_write(self.data + from, until - from);
