@@ -367,3 +367,29 @@ fn list_shows_functions_with_their_offset_and_strategy() {
     let none = Command::new(uprobe_run()).args(["-l", "no_such_fn*"]).arg(&program).output().unwrap();
     assert_eq!(none.status.code(), Some(1));
 }
+
+/// Strings that end at an unreadable page, at every alignment the copy's byte and word loops
+/// meet: one whose NUL is the page's last byte is read whole, one that runs on into the page
+/// is a fault, and the program runs on.
+#[test]
+fn a_string_that_runs_into_an_unreadable_page_is_a_fault() {
+    let program = target();
+    let p = path_str(&program);
+    let defs = [
+        format!("p:edges/greet {p}:greet who=+0(%di):string n=%si:s32"),
+        format!("p:edges/touch {p}:touch s=+0(%di):string"),
+    ];
+    let mut args = events_args(&defs);
+    args.extend([p, "edges".into()]);
+    let ours = run(&args);
+    assert!(ours.status.success(), "{}{}", ours.stderr, ours.output);
+    assert_eq!(ours.stdout, "done\n");
+    let threads = per_thread(&ours.output);
+    assert_eq!(threads.len(), 1, "{}", ours.output);
+    let mut expected = Vec::new();
+    for back in [1, 3, 8, 13, 24] {
+        expected.push(format!("greet who=\"{}\" n={back}", "z".repeat(back - 1)));
+        expected.push("touch s=(fault)".to_string());
+    }
+    assert_eq!(threads[0], expected);
+}

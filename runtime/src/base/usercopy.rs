@@ -33,9 +33,15 @@ core::arch::global_asm!(
     ".hidden uprobe_strncpy_user",
     ".type uprobe_strncpy_user,@function",
     // rdi = dst, rsi = src, rdx = max; rax = length before the NUL, max when none came
-    // within max bytes, -1 on a fault.
+    // within max bytes, -1 on a fault. Bytes one at a time up to an 8-byte boundary of the
+    // source, then whole aligned words while 8 bytes still fit in `dst` (an aligned word
+    // never crosses into another page, so it faults only where a byte of it would), then
+    // bytes again. A word holding the NUL is stored whole: its bytes past the NUL land in
+    // `dst` past the length returned, still within `max`.
     "uprobe_strncpy_user:",
     "xor eax, eax",
+    "test sil, 7",
+    "jz 4f",
     "2:",
     "cmp rax, rdx",
     "je 3f",
@@ -47,7 +53,34 @@ core::arch::global_asm!(
     "jz 3f",
     "mov byte ptr [rdi + rax], cl",
     "inc rax",
-    "jmp 2b",
+    "lea rcx, [rsi + rax]",
+    "test cl, 7",
+    "jnz 2b",
+    "4:",
+    "lea rcx, [rax + 8]",
+    "cmp rcx, rdx",
+    "ja 2b",
+    ".globl uprobe_strncpy_user_load_word",
+    ".hidden uprobe_strncpy_user_load_word",
+    "uprobe_strncpy_user_load_word:",
+    "mov rcx, qword ptr [rsi + rax]",
+    // A zero byte's lowest bit set in r10: (w - 0x01..01) & !w & 0x80..80.
+    "movabs r8, 0x0101010101010101",
+    "mov r10, rcx",
+    "sub r10, r8",
+    "mov r11, rcx",
+    "not r11",
+    "and r10, r11",
+    "shl r8, 7",
+    "and r10, r8",
+    "mov qword ptr [rdi + rax], rcx",
+    "jnz 5f",
+    "add rax, 8",
+    "jmp 4b",
+    "5:",
+    "bsf r10, r10",
+    "shr r10, 3",
+    "add rax, r10",
     "3:",
     "ret",
     ".globl uprobe_strncpy_user_fixup",
@@ -87,6 +120,7 @@ extern "C" {
     fn uprobe_copy_user_load();
     fn uprobe_copy_user_fixup();
     fn uprobe_strncpy_user_load();
+    fn uprobe_strncpy_user_load_word();
     fn uprobe_strncpy_user_fixup();
     fn uprobe_load_u64_user(src: usize) -> Loaded;
     fn uprobe_load_u64_user_load();
@@ -137,7 +171,9 @@ pub fn strncpy(dst: &mut [u8], src: usize) -> Option<usize> {
 pub fn fixup(rip: usize) -> Option<usize> {
     if rip == uprobe_copy_user_load as *const () as usize {
         Some(uprobe_copy_user_fixup as *const () as usize)
-    } else if rip == uprobe_strncpy_user_load as *const () as usize {
+    } else if rip == uprobe_strncpy_user_load as *const () as usize
+        || rip == uprobe_strncpy_user_load_word as *const () as usize
+    {
         Some(uprobe_strncpy_user_fixup as *const () as usize)
     } else if rip == uprobe_load_u64_user_load as *const () as usize {
         Some(uprobe_load_u64_user_fixup as *const () as usize)
@@ -161,5 +197,27 @@ mod tests {
         assert_eq!(&out[..5], b"hello");
         assert_eq!(strncpy(&mut out[..3], text.as_ptr() as usize), Some(3));
         assert_eq!(strncpy(&mut out, 0), None);
+    }
+
+    /// Every start alignment, length and room, through the byte and word loops alike.
+    #[test]
+    fn copies_strings_at_every_alignment_and_room() {
+        let mut text = [b'x'; 64];
+        for start in 0..8 {
+            for len in 0..40 {
+                text.fill(b'x');
+                for (i, b) in text[start..start + len].iter_mut().enumerate() {
+                    *b = b'a' + (i % 26) as u8;
+                }
+                text[start + len] = 0;
+                for room in 0..48 {
+                    let mut out = [0xeeu8; 48];
+                    let got = strncpy(&mut out[..room], text[start..].as_ptr() as usize);
+                    assert_eq!(got, Some(len.min(room)), "start {start} len {len} room {room}");
+                    assert_eq!(&out[..len.min(room)], &text[start..start + len.min(room)]);
+                    assert!(out[room..].iter().all(|&b| b == 0xee), "wrote past the room");
+                }
+            }
+        }
     }
 }
