@@ -287,9 +287,9 @@ impl Ring {
 }
 
 /// How far past the owner's head the drain thread faults pages in, at least (bytes).
-const FAULT_AHEAD: usize = 4 << 20;
+const FAULT_AHEAD: usize = 1 << 20;
 /// How close to the end of the pages in the owner may come before it wakes the drain thread.
-const FAULT_MARGIN: usize = 2 << 20;
+const FAULT_MARGIN: usize = 512 << 10;
 /// How close to it the owner comes before it faults pages in itself, and how many.
 const OWN_MARGIN: usize = 64 << 10;
 const OWN_CHUNK: usize = 256 << 10;
