@@ -36,8 +36,8 @@ core::arch::global_asm!(
     // within max bytes, -1 on a fault. Bytes one at a time up to an 8-byte boundary of the
     // source, then whole aligned words while 8 bytes still fit in `dst` (an aligned word
     // never crosses into another page, so it faults only where a byte of it would), then
-    // bytes again. A word holding the NUL is stored whole: its bytes past the NUL land in
-    // `dst` past the length returned, still within `max`.
+    // bytes again. Of the word holding the NUL only the bytes before it are stored (merged
+    // into the word of `dst` there): `dst` past the length returned is left as it was.
     "uprobe_strncpy_user:",
     "xor eax, eax",
     "test sil, 7",
@@ -63,24 +63,35 @@ core::arch::global_asm!(
     ".globl uprobe_strncpy_user_load_word",
     ".hidden uprobe_strncpy_user_load_word",
     "uprobe_strncpy_user_load_word:",
-    "mov rcx, qword ptr [rsi + rax]",
-    // A zero byte's lowest bit set in r10: (w - 0x01..01) & !w & 0x80..80.
+    "mov r11, qword ptr [rsi + rax]",
+    // The first zero byte's top bit is the lowest bit set in r10:
+    // (w - 0x01..01) & !w & 0x80..80.
     "movabs r8, 0x0101010101010101",
-    "mov r10, rcx",
+    "mov r10, r11",
     "sub r10, r8",
-    "mov r11, rcx",
-    "not r11",
-    "and r10, r11",
+    "mov rcx, r11",
+    "not rcx",
+    "and r10, rcx",
     "shl r8, 7",
     "and r10, r8",
-    "mov qword ptr [rdi + rax], rcx",
     "jnz 5f",
+    "mov qword ptr [rdi + rax], r11",
     "add rax, 8",
     "jmp 4b",
+    // The NUL is byte k: the k bytes before it, merged under the mask (1 << 8k) - 1.
     "5:",
-    "bsf r10, r10",
-    "shr r10, 3",
-    "add rax, r10",
+    "bsf rcx, r10",
+    "and ecx, 0x38",
+    "mov r10d, 1",
+    "shl r10, cl",
+    "dec r10",
+    "and r11, r10",
+    "not r10",
+    "and r10, qword ptr [rdi + rax]",
+    "or r10, r11",
+    "mov qword ptr [rdi + rax], r10",
+    "shr ecx, 3",
+    "add rax, rcx",
     "3:",
     "ret",
     ".globl uprobe_strncpy_user_fixup",
@@ -215,7 +226,11 @@ mod tests {
                     let got = strncpy(&mut out[..room], text[start..].as_ptr() as usize);
                     assert_eq!(got, Some(len.min(room)), "start {start} len {len} room {room}");
                     assert_eq!(&out[..len.min(room)], &text[start..start + len.min(room)]);
-                    assert!(out[room..].iter().all(|&b| b == 0xee), "wrote past the room");
+                    let n = len.min(room);
+                    assert!(
+                        out[n..].iter().all(|&b| b == 0xee),
+                        "wrote past the string: start {start} len {len} room {room}"
+                    );
                 }
             }
         }
