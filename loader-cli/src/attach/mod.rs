@@ -128,7 +128,8 @@ fn attach(request: Request) -> Result<i32, AttachError> {
     let mut request = request;
     let (handlers, _copies) = copies::for_session(target.pid, &target.maps()?, &request.handlers)?;
     request.handlers = handlers;
-    copies::check_reachable(target.pid, &request.handlers)?;
+    // A process that ended meanwhile has no root to look in: that is what to say.
+    copies::check_reachable(target.pid, &request.handlers).map_err(|e| target.changed().unwrap_or(e))?;
     // A listing goes to standard output, as a launch's does.
     let listing = request.spec.list.is_some();
     let out = session::Output::open(if listing { Some(std::path::Path::new("-")) } else { request.output.as_deref() })?;
