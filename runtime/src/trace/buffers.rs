@@ -444,8 +444,8 @@ pub fn in_use() -> Vec<InUse> {
 
 impl Ring {
     /// Hands every complete record between the tail and the head to `f`, then frees their
-    /// room (drain thread); returns the bytes freed. Padding records are skipped.
-    pub fn drain(&self, mut f: impl FnMut(&[u8])) -> usize {
+    /// room (drain thread). Padding records are skipped.
+    pub fn drain(&self, mut f: impl FnMut(&[u8])) {
         let size = ring_size();
         let head = self.head.0.load(Ordering::Acquire);
         let mut tail = self.tail.0.load(Ordering::Relaxed);
@@ -462,9 +462,7 @@ impl Ring {
             }
             tail += len as u64;
         }
-        let start = self.tail.0.load(Ordering::Relaxed);
         self.tail.0.store(head.max(tail), Ordering::Release);
-        (head.max(tail) - start) as usize
     }
 
     /// After a record that took the ring past its high-water mark, or its owner, writing at

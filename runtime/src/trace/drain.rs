@@ -255,8 +255,8 @@ fn pass(last: bool) -> bool {
             ends.push(out.len());
         }
         // Formatting is slower than recording: a ring filling meanwhile is emptied into the
-        // new arena, staged after the records held back.
-        // Its pages are faulted in ahead of it too.
+        // new arena, staged after the records held back, and the pages of every ring are
+        // faulted in ahead of its writer.
         if i % URGENT_EVERY == URGENT_EVERY - 1 {
             if buffers::any_past_high_water() {
                 collect(st, false);
