@@ -512,18 +512,14 @@ fn a_thread_waiting_in_a_relocated_syscall_is_shown_in_the_probed_function() {
     same_as_gdb(&names, &p, "leaf", &["blocked"]);
 }
 
-#[test]
-fn stacks_of_an_attach_equal_a_launchs() {
-    need_ptrace!();
-    let p = stacks();
-    let def = format!("p:leaf {}:leaf", p.display());
-    let launched = count(&p, &[&def], "ustack", &["chain", "2", "1"]);
-    let launched = whole_stacks(&launched.output, "leaf", &launched.stderr);
-
-    let mut target = Target::start(&p, &["gated", "2", "1"]);
-    let out = tempfile("stacks-attach");
-    let out_s = out.to_str().unwrap();
-    let mut session = Session::start(target.pid, &["-o", out_s, "--count", "--by", "ustack", "-e", &def]);
+/// Attaches `uprobe-run --pid PID -o FILE ARGS` to the fixture held at its gate (`gated 2 1`),
+/// lets it run its calls and end, and gives what the session wrote (`name`: the file's).
+fn attach_gated(p: &Path, name: &str, args: &[&str]) -> String {
+    let mut target = Target::start(p, &["gated", "2", "1"]);
+    let out = tempfile(name);
+    let mut all = vec!["-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let mut session = Session::start(target.pid, &all);
     target.send("go");
     target.out.expect("done");
     let (status, _) = target.finish();
@@ -532,6 +528,18 @@ fn stacks_of_an_attach_equal_a_launchs() {
     assert!(status.success(), "{:?}", session.own_lines());
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     let _ = std::fs::remove_file(&out);
+    text
+}
+
+#[test]
+fn stacks_of_an_attach_equal_a_launchs() {
+    need_ptrace!();
+    let p = stacks();
+    let def = format!("p:leaf {}:leaf", p.display());
+    let launched = count(&p, &[&def], "ustack", &["chain", "2", "1"]);
+    let launched = whole_stacks(&launched.output, "leaf", &launched.stderr);
+
+    let text = attach_gated(&p, "stacks-attach", &["--count", "--by", "ustack", "-e", &def]);
     let attached = whole_stacks(&text, "leaf", "");
     // The same stacks, frame for frame up to main (whose call sites differ), with places.
     let upto_main = |all: &BTreeMap<Vec<String>, u64>| -> BTreeMap<Vec<String>, u64> {
@@ -675,19 +683,8 @@ fn a_key_a_timed_call_cannot_give_is_refused_before_the_program_starts() {
 fn timed_calls_split_by_stack_in_an_attach() {
     need_ptrace!();
     let p = stacks();
-    let mut target = Target::start(&p, &["gated", "2", "1"]);
-    let out = tempfile("stacks-attach-latency");
-    let out_s = out.to_str().unwrap();
     let f5 = format!("{}:f5", p.display());
-    let mut session = Session::start(target.pid, &["-o", out_s, "--latency", &f5, "--by", "ustack:6"]);
-    target.send("go");
-    target.out.expect("done");
-    let (status, _) = target.finish();
-    assert_eq!(status.code(), Some(0), "the fixture");
-    let (status, _) = session.wait();
-    assert!(status.success(), "{:?}", session.own_lines());
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let _ = std::fs::remove_file(&out);
+    let text = attach_gated(&p, "stacks-attach-latency", &["--latency", &f5, "--by", "ustack:6"]);
     let got = split_keys(&text, "latency f5 by ustack:6: 3 calls");
     let calls: Vec<(&str, &str)> =
         got.iter().map(|(k, (h, _))| (k[5].as_str(), h.split(',').next().unwrap())).collect();

@@ -223,10 +223,10 @@ mod tests {
                 text[start + len] = 0;
                 for room in 0..48 {
                     let mut out = [0xeeu8; 48];
-                    let got = strncpy(&mut out[..room], text[start..].as_ptr() as usize);
-                    assert_eq!(got, Some(len.min(room)), "start {start} len {len} room {room}");
-                    assert_eq!(&out[..len.min(room)], &text[start..start + len.min(room)]);
                     let n = len.min(room);
+                    let got = strncpy(&mut out[..room], text[start..].as_ptr() as usize);
+                    assert_eq!(got, Some(n), "start {start} len {len} room {room}");
+                    assert_eq!(&out[..n], &text[start..start + n]);
                     assert!(
                         out[n..].iter().all(|&b| b == 0xee),
                         "wrote past the string: start {start} len {len} room {room}"

@@ -483,11 +483,10 @@ impl Ring {
 
     /// Faults in the pages the owner will write next (drain thread): a page fault on the hit
     /// path costs about a microsecond, 15-20 ns a record. As far ahead as four times the
-    /// most the owner wrote between two looks, at least `FAULT_AHEAD` (or a quarter of
-    /// the ring): a drain thread
-    /// busy for a while (a long copy or sort) still finds the owner in pages faulted in. The
-    /// ring is written from its start and its pages stay, so the pages in are a prefix of
-    /// it, and once it is whole nothing is left to do.
+    /// most the owner wrote between two looks, at least `FAULT_AHEAD` (or a quarter of the
+    /// ring): a drain thread busy for a while (a long copy or sort) still finds the owner in
+    /// pages faulted in. The ring is written from its start and its pages stay, so the pages
+    /// in are a prefix of it, and once it is whole nothing is left to do.
     pub fn prefault(&self) {
         let size = ring_size();
         let paging = &self.paging.0;
