@@ -38,6 +38,12 @@ enum uprobe_type { UPTY_UPROBE, UPTY_URETPROBE };
  * -mgeneral-regs-only to let the compiler check it. A return probe (struct uretprobe) sets
  * it in rp.u.flags for its entry handler and its return handler together: its entry and its
  * return then skip the save.
+ * A probe without the flag has its handlers' code read at registration: where every
+ * instruction reachable from each handler (through branches and direct calls) is a
+ * general-purpose one and none calls or jumps through a pointer (a call through the PLT,
+ * into libc or the runtime, is one), the handler cannot touch those registers, and the probe
+ * skips the save as if it had the flag. `uprobe-run --verbose` says what was found for each
+ * handler ("handler NAME touches no vector register", or the first instruction in the way).
  *
  * Bit 31 is the runtime's own (its trace events that read %xmmN set it on their probes); a
  * handler library leaves it 0 (set, it only counts as an unknown bit: the save is kept).

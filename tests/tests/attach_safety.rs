@@ -568,6 +568,7 @@ fn a_process_that_exits_during_the_attach_is_said_to_have_exited() {
                 || l.starts_with(&gone)
                 || l.starts_with(&zombie)
                 || l.starts_with("uprobe-run: probe at ")
+                || l.starts_with("uprobe-run: handler ")
                 || l.starts_with("uprobe-run: attached to ")
                 || l.starts_with(&format!("uprobe-run: process {pid} ended without"))
         });

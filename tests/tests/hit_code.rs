@@ -166,8 +166,67 @@ fn a_probe_declared_vector_free_skips_the_save_and_others_keep_it() {
     // the jump path, which saved nothing; the trap path restores everything the kernel saved.
     let skipped = if int3_only() { ok.to_string() } else { ["regcheck: register 19 changed"; 3].join("\n") };
     assert_eq!(regcheck(&["novec=1"]), skipped);
-    // One probe at the place that does not declare it: the point saves them for both.
-    assert_eq!(regcheck(&["novec=1", "mixed=1"]), ok);
+    // One probe at the place that does not declare it and computes with a double: the point
+    // saves them for both.
+    assert_eq!(regcheck(&["novec=1", "mixed=fp"]), ok);
+    // One that does not declare it but only counts: its code is read at registration and
+    // found free of vector instructions, so the point still skips the save.
+    assert_eq!(regcheck(&["novec=1", "mixed=1"]), skipped);
+}
+
+#[test]
+fn a_return_handler_that_needs_the_vectors_has_them_saved_beside_vector_free_ones() {
+    let ok = "regcheck: ok\nregcheck: ok\nregcheck: ok";
+    // The return handler overwrites xmm3 without declaring anything: its returns save them.
+    assert_eq!(regcheck(&["ret=1"]), ok);
+    // Declared free (a broken promise): no registered return probe needs them, and the
+    // trampoline saves nothing.
+    assert_eq!(regcheck(&["ret=novec"]), ["regcheck: register 19 changed"; 3].join("\n"));
+    // Beside --latency's vector-free return probe on the same function, whose record is the
+    // newest: the return still saves them for the handler that needs them.
+    let prog = jump_probe();
+    let handler = test_handler("xmm_clobber");
+    let site = format!("{}:regcheck_site", prog.display());
+    for order in [
+        ["--latency", &site, "--handlers", handler.to_str().unwrap()],
+        ["--handlers", handler.to_str().unwrap(), "--latency", &site],
+    ] {
+        let mut args = order.to_vec();
+        args.extend(["--param", "ret=1", prog.to_str().unwrap()]);
+        let run = run_uprobe(&args);
+        assert!(run.status.success(), "{}", run.stderr);
+        assert!(run.stdout.starts_with(&format!("{ok}\n")), "{args:?}: {}", run.stdout);
+        assert!(run.output.contains("regcheck_site"), "{}", run.output);
+    }
+}
+
+#[test]
+fn a_handler_whose_code_uses_no_vector_register_skips_the_save_undeclared() {
+    // --verbose says what the reading of each undeclared handler found.
+    let prog = jump_probe();
+    let handler = test_handler("xmm_clobber");
+    let verbose = |mixed: &str| {
+        let args = ["--verbose", "--handlers", handler.to_str().unwrap(), "--param", mixed, prog.to_str().unwrap()];
+        let run = run_uprobe(&args);
+        assert!(run.status.success(), "{}", run.stderr);
+        let said = |l: &&str| l.starts_with("uprobe-run: handler ");
+        (
+            run.stdout.lines().filter(|l| l.starts_with("regcheck")).count(),
+            run.output.lines().filter(said).map(String::from).collect::<Vec<_>>(),
+        )
+    };
+    let (checks, said) = verbose("mixed=1");
+    assert_eq!(checks, 3);
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].starts_with("uprobe-run: handler on_hit") && said[0].contains("(`pcmpeqd` at 0x"), "{said:?}");
+    assert!(said[0].ends_with("): its hits save them"), "{said:?}");
+    assert!(said[1].starts_with("uprobe-run: handler on_plain_hit"), "{said:?}");
+    assert!(said[1].ends_with(" touches no vector register: its hits skip their save"), "{said:?}");
+    let (_, said) = verbose("mixed=fp");
+    assert!(
+        said[1].starts_with("uprobe-run: handler on_fp_hit") && said[1].ends_with("its hits save them"),
+        "{said:?}"
+    );
 }
 
 #[test]

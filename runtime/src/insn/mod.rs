@@ -8,7 +8,8 @@
 //! - [`frame`]: the assembly that saves and restores a `struct pt_regs` on the trap-free paths;
 //! - [`vector`]: how much vector state that assembly saves;
 //! - [`patch`]: the code-writing protocol (pages made writable once per batch, synced steps);
-//! - [`unwind`]: call-frame information compiled into rows, and one unwind step (pure).
+//! - [`unwind`]: call-frame information compiled into rows, and one unwind step (pure);
+//! - [`vecfree`]: whether a handler's code provably touches no vector state (pure).
 //!
 //! Context: the pure modules run anywhere; `patch` runs in normal context (placement).
 
@@ -20,5 +21,6 @@ pub mod jump;
 pub mod patch;
 pub mod stub;
 pub mod unwind;
+pub mod vecfree;
 #[allow(unsafe_code)]
 pub mod vector;

@@ -24,7 +24,7 @@ pub fn unregister_everything() {
     let consumers: Vec<Consumer> = {
         let st = state();
         let mut all = pending_consumers(&st);
-        for &addr in st.registered.values() {
+        for addr in st.registered.values() {
             if let Some(pp) = table::lookup(addr) {
                 all.extend(pp.probes().into_iter().filter(|c| st.registered.contains_key(&c.key())));
             }
@@ -108,12 +108,11 @@ pub fn drop_unmapped() -> Vec<(Consumer, usize)> {
     let gone: Vec<(usize, usize)> = st
         .registered
         .iter()
-        .filter(|(_, &addr)| !crate::base::maps::find(&maps, addr).is_some_and(|m| m.exec))
-        .map(|(&key, &addr)| (key, addr))
+        .filter(|&(_, addr)| !crate::base::maps::find(&maps, addr).is_some_and(|m| m.exec))
         .collect();
     let mut dropped = Vec::new();
     for (key, addr) in gone {
-        st.registered.remove(&key);
+        st.registered.remove(key);
         semaphore::forget(key);
         let Some(pp) = table::lookup(addr) else { continue };
         let mut probes = pp.probes();

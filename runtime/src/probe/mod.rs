@@ -21,6 +21,7 @@
 //! - [`owners`]: which handler library owns a probe (for fault messages);
 //! - [`report`]: what the runtime says of its probes at the end of the run;
 //! - [`world`]: holding the other threads stopped around a batch's writes (attach);
+//! - [`vectors`]: which probes' handlers are read free of vector instructions;
 //! - [`error`]: why a registration failed.
 //!
 //! Context: `dispatch`, `retprobe`'s entry and return paths and `rcu`'s read side run on the
@@ -66,4 +67,6 @@ pub mod table;
 #[allow(unsafe_code)]
 pub mod thread;
 pub mod traps;
+#[allow(unsafe_code)]
+pub mod vectors;
 pub mod world;

@@ -31,6 +31,7 @@ use crate::probe::ssol::Slots;
 use crate::probe::symbols::View;
 use crate::probe::table::{self, Consumer, ProbePoint, Retired, MAX_PATCH};
 use crate::probe::thread;
+use crate::probe::vectors;
 
 /// `--verbose`: say, for each registration, the strategy chosen and why not a jump.
 pub static VERBOSE: AtomicBool = AtomicBool::new(false);
@@ -90,7 +91,7 @@ pub(super) struct Pending {
 
 pub(super) struct State {
     /// Registered probe objects and their addresses.
-    pub(super) registered: BTreeMap<usize, usize>,
+    pub(super) registered: vectors::Registered,
     /// Registered "module:symbol" probes whose module is not loaded (see `arm_pending`), by
     /// probe object.
     pub(super) pending: BTreeMap<usize, Pending>,
@@ -100,7 +101,7 @@ pub(super) struct State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
-    registered: BTreeMap::new(),
+    registered: vectors::Registered::new(),
     pending: BTreeMap::new(),
     view: View::new(),
     slots: Slots::new(),
@@ -200,7 +201,7 @@ pub(super) fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
                     },
                 };
                 for &consumer in &c.pp.probes() {
-                    st.registered.remove(&consumer.key());
+                    st.registered.remove(consumer.key());
                     semaphore::lower(consumer.key());
                     failed.push((consumer, error.clone()));
                 }
@@ -347,11 +348,13 @@ pub(super) fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(
         let maps = st.view.maps(Some(addr));
         place::open_for(&mut st.batch.session, &maps, addr).map_err(|source| RegisterError::Patch { addr, source })?;
     }
+    // Marked and counted before its hits can begin (see `vectors`).
+    vectors::mark(&mut st.view, consumer, VERBOSE.load(Ordering::Relaxed));
+    st.registered.insert(consumer, addr);
     let mut probes = pp.probes();
     probes.push(consumer);
     let old = pp.replace(probes);
     st.batch.retired.add(old);
-    st.registered.insert(consumer.key(), addr);
     if let Some(at) = counter {
         semaphore::raise(consumer.key(), at);
     }
@@ -402,7 +405,7 @@ pub fn unregister_all(consumers: &[Consumer]) {
         if st.pending.remove(&consumer.key()).is_some() {
             continue;
         }
-        let Some(addr) = st.registered.remove(&consumer.key()) else { continue };
+        let Some(addr) = st.registered.remove(consumer.key()) else { continue };
         semaphore::lower(consumer.key());
         let Some(pp) = table::lookup(addr) else { continue };
         lists.entry(addr).or_insert_with(|| pp.probes()).retain(|&p| p != consumer);
@@ -441,7 +444,7 @@ pub fn unregister_all(consumers: &[Consumer]) {
 pub fn return_probes() -> Vec<(usize, *mut Uretprobe)> {
     let st = state();
     let mut found = Vec::new();
-    for &addr in st.registered.values() {
+    for addr in st.registered.values() {
         let Some(pp) = table::lookup(addr) else { continue };
         for consumer in pp.probes() {
             if let Consumer::Uretprobe(rp) = consumer {
@@ -464,7 +467,7 @@ pub fn with_view<R>(f: impl FnOnce(&mut View) -> R) -> R {
 pub fn consumers() -> Vec<Consumer> {
     let st = state();
     let mut all = pending_consumers(&st);
-    for (&key, &addr) in &st.registered {
+    for (key, addr) in st.registered.iter() {
         if let Some(c) = table::lookup(addr).and_then(|pp| pp.probes().into_iter().find(|c| c.key() == key)) {
             all.push(c);
         }

@@ -197,8 +197,8 @@ fn pending(st: &ReturnStack, rp: *mut Uretprobe) -> usize {
     n
 }
 
-/// Whether a return probe declared vector-free was ever entered: until then every return
-/// saves the vector registers without asking its record (read by the trampoline).
+/// Whether a vector-free return probe was ever entered: until then every return saves the
+/// vector registers without asking its record (read by the trampoline).
 static VECTOR_FREE_RETURNS: AtomicBool = AtomicBool::new(false);
 
 /// Called by the trampoline once it saved the general registers (`regs`), before the vector
@@ -321,21 +321,23 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
     false
 }
 
-// The pushed 0 becomes the address to resume at.
-// The vectors are saved where the return's record says its probe needs them
-// (`return_vectors`), asked only once a vector-free return probe was entered. The way out is an indirect jump, not a `ret`: the return that came
-// here already took the caller's entry of the return-stack buffer, and a second `ret` would
-// take (and mispredict) its caller's, leaving every later return of the program one entry
-// off. The resume address is read just below the stack pointer, in the red zone, which
-// signal delivery skips.
+// The pushed 0 becomes the address to resume at. The vectors are saved where the return's
+// record says its probe needs them (`return_vectors`), asked only once a vector-free return
+// probe was entered, and never while no registered return probe needs them. The way out is
+// an indirect jump, not a `ret`: the return that came here already took the caller's entry
+// of the return-stack buffer, and a second `ret` would take (and mispredict) its caller's,
+// leaving every later return of the program one entry off. The resume address is read just
+// below the stack pointer, in the red zone, which signal delivery skips.
 crate::insn::frame::trap_free_entry!(
     "uprobe_ret_trampoline",
     "push 0",
-    "mov r12d, 1\n cmp byte ptr [rip + {free}], 0\n je 77f\n mov rdi, rbx\n call {choose}\n mov r12d, eax\n 77:",
+    "xor r12d, r12d\n cmp qword ptr [rip + {needy}], 0\n je 77f\n mov r12d, 1\n\
+     cmp byte ptr [rip + {free}], 0\n je 77f\n mov rdi, rbx\n call {choose}\n mov r12d, eax\n 77:",
     return_hit,
     "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]";
     choose = sym return_vectors;
-    free = sym VECTOR_FREE_RETURNS
+    free = sym VECTOR_FREE_RETURNS;
+    needy = sym crate::probe::vectors::NEEDY_RETURNS
 );
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before

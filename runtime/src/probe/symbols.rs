@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::base::elf::{self, ElfInfo, LoadedModule, ProbeSpec};
 use crate::base::maps::{self, Mapping};
 use crate::base::sys;
+use crate::insn::vecfree::Touches;
 use crate::probe::error::RegisterError;
 use crate::probe::nosymbol;
 use crate::probe::table::{ProbePoint, INT3, MAX_PATCH};
@@ -33,6 +34,8 @@ pub struct View {
     trap_unsafe: BTreeMap<String, BTreeMap<usize, (&'static str, &'static str)>>,
     /// Functions without a symbol, by their FDEs (`nosymbol`).
     pub(crate) nosym: nosymbol::Known,
+    /// Handlers read for vector state, by address (`vectors`), while the modules stay.
+    pub(crate) handler_code: BTreeMap<usize, Result<(), Touches>>,
 }
 
 /// The dynamic loader's counts of objects loaded and unloaded so far.
@@ -94,6 +97,7 @@ impl View {
             points: BTreeMap::new(),
             trap_unsafe: BTreeMap::new(),
             nosym: nosymbol::Known::new(),
+            handler_code: BTreeMap::new(),
         }
     }
 
@@ -122,6 +126,7 @@ impl View {
         self.modules = Some(Arc::new(elf::loaded_modules(&maps)));
         self.maps = Some(maps.clone());
         self.generation = generation;
+        self.handler_code.clear();
         maps
     }
 

@@ -95,6 +95,11 @@ pub fn counting_words(pp: u64) -> Option<InlineCount> {
     crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word })
 }
 
+/// What a probe object's [`Consumer::code_word`] holds when the code of its handlers was read
+/// at registration and found free of vector instructions (`probe::vectors`); anything else:
+/// not read, or not found free.
+pub const VECTOR_FREE_CODE: usize = 0x7665_6366_7265_6531;
+
 /// A front-end's hook (0: none), `unsafe fn(*mut Uprobe) -> usize` (given a registered
 /// probe object): for an entry probe whose every
 /// hit only adds one to a counter of the thread's block, that counter's byte offset in the
@@ -158,12 +163,25 @@ impl Consumer {
     }
 
     /// Whether calling the probe's handlers needs the vector registers saved: unless the
-    /// probe declares `UPROBE_NO_VECTORS` (for a return probe: its entry handler and its
-    /// return handler; the runtime's own bookkeeping of returns uses none).
+    /// probe declares `UPROBE_NO_VECTORS`, or their code was read at registration and uses
+    /// none (`vectors`); for a return probe: its entry handler and its return handler (the
+    /// runtime's own bookkeeping of returns uses none).
+    #[inline(always)]
     pub fn needs_vectors(self) -> bool {
+        let u = self.placement();
         // SAFETY: registered probe objects are valid (C ABI); the flags do not change while
-        // registered. `struct uretprobe` starts with its `struct uprobe`.
-        !unsafe { (*self.placement()).vector_free() }
+        // registered, and the runtime's word is written before the probe joins a list.
+        // `struct uretprobe` starts with its `struct uprobe`.
+        unsafe { !(*u).vector_free() && self.code_word().load(Ordering::Relaxed) != VECTOR_FREE_CODE }
+    }
+
+    /// The runtime's word of the probe object (valid while it is registered) that says its handlers' code was found free of
+    /// vector instructions ([`VECTOR_FREE_CODE`]); the last of `struct uprobe`'s reserved
+    /// words (return probes count their left calls in the first three).
+    pub fn code_word(self) -> &'static AtomicUsize {
+        // SAFETY: the reserved words are the runtime's, pointer-sized and aligned, and the
+        // object outlives its registration (C ABI); the word is only accessed atomically.
+        unsafe { AtomicUsize::from_ptr(core::ptr::addr_of_mut!((*self.placement()).reserved[3]).cast::<usize>()) }
     }
 
     /// Whether the probe's hits read the saved vector registers ([`READS_XMM`]).
