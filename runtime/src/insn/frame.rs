@@ -52,12 +52,12 @@ pub const FLAGS_AFTER_POPS: usize = core::mem::offset_of!(PtRegs, eflags) - core
 macro_rules! save_pt_regs {
     ($choose:literal) => {
         concat!(
-            "push 0\n", // ss
-            "push 0\n", // rsp
+            "push 0x2b\n", // ss: the user data segment, as a signal frame has it
+            "push 0\n",    // rsp
             "pushfq\n",
-            "push 0\n",  // cs
-            "push 0\n",  // rip
-            "push -1\n", // orig_rax
+            "push 0x33\n", // cs: the 64-bit user code segment
+            "push 0\n",    // rip
+            "push -1\n",   // orig_rax
             "push rdi\n push rsi\n push rdx\n push rcx\n push rax\n",
             "push r8\n push r9\n push r10\n push r11\n",
             "push rbx\n push rbp\n push r12\n push r13\n push r14\n push r15\n",

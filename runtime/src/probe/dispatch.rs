@@ -345,8 +345,6 @@ extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     };
     let (resume, pp) = (word(frame::RESUME_SLOT), word(frame::CONTEXT_SLOT));
     regs.rsp = (area + frame::JUMP_CALLER_RSP) as u64;
-    regs.cs = 0x33;
-    regs.ss = 0x2b;
     // SAFETY: the stub was built for this probe point, which is never freed.
     let pp = unsafe { &*(pp as *const ProbePoint) };
     direct_hit(thread::current(), pp, regs, resume, vectors_saved)

@@ -225,8 +225,6 @@ extern "C" fn return_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     let caller_rsp = regs as *mut PtRegs as usize + crate::insn::frame::RETURN_CALLER_RSP;
     let slot = caller_rsp - 8;
     regs.rsp = caller_rsp as u64;
-    regs.cs = 0x33;
-    regs.ss = 0x2b;
     let t = thread::current();
     // Busy before anything that may be probed (errno's location included) runs.
     let quiet = t.quiet();
