@@ -11,6 +11,10 @@
  *                    handler-based measurement starts from
  *   novec=1          with kind=entry: the probe declares UPROBE_NO_VECTORS (its handler, an
  *                    atomic add, touches no vector register), so the jump skips their save
+ *                    (without it, the runtime reads the handler's code and finds the same)
+ *   fp=1             with kind=entry: the handler also adds 1.0 to a double, so the jump
+ *                    saves the vector registers around it (a handler of a program that
+ *                    computes in floating point, or calls libc)
  *   probes=N         also put an entry probe on each of the fixture's p0000 .. p(N-1)
  *   probe_file=PATH  also put an entry probe on every "sym" or "module:sym" line of PATH
  *
@@ -60,6 +64,15 @@ static void on_entry(struct uprobe *u, struct pt_regs *regs) {
   (void)u;
   (void)regs;
   __atomic_fetch_add(&my_slot()->entries, 1, __ATOMIC_RELAXED);
+}
+
+static volatile double fp_total;
+
+static void on_entry_fp(struct uprobe *u, struct pt_regs *regs) {
+  (void)u;
+  (void)regs;
+  __atomic_fetch_add(&my_slot()->entries, 1, __ATOMIC_RELAXED);
+  fp_total = fp_total + 1.0;
 }
 
 static int on_entry_of_return_probe(struct uretprobe_instance *ri, struct pt_regs *regs) {
@@ -210,7 +223,8 @@ int uprobe_init(void) {
     int rc;
     if (kind == KIND_ENTRY) {
       entry_probe.symbol_name = func;
-      entry_probe.handler = on_entry;
+      const char *fp = uprobe_param("fp");
+      entry_probe.handler = fp && strcmp(fp, "1") == 0 ? on_entry_fp : on_entry;
       const char *novec = uprobe_param("novec");
       if (novec && strcmp(novec, "1") == 0)
         entry_probe.flags = UPROBE_NO_VECTORS;

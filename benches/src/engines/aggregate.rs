@@ -133,15 +133,31 @@ pub fn run_empty(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) ->
 /// A jump entry probe on `f_push` whose counting handler declares `UPROBE_NO_VECTORS`
 /// (`bench_handler.so novec=1`): the hit without the vector registers' save.
 pub fn run_vector_free(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    run_entry_with(u, fixture, "novec=1", hits, scratch)
+}
+
+/// A jump entry probe on `f_push` whose counting handler also adds to a double
+/// (`bench_handler.so fp=1`): the hit with the vector registers' save.
+pub fn run_saving_vectors(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    run_entry_with(u, fixture, "fp=1", hits, scratch)
+}
+
+fn run_entry_with(
+    u: &UprobeRun,
+    fixture: &Fixture,
+    param: &str,
+    hits: u64,
+    scratch: &Path,
+) -> Result<Measurement, Failure> {
     let handler = fixture.handler.clone().map_err(Failure::Unavailable)?;
     let mut args = vec!["--handlers".to_string(), handler.display().to_string()];
-    for p in ["func=f_push", "novec=1"] {
+    for p in ["func=f_push", param] {
         args.extend(["--param".to_string(), p.to_string()]);
     }
     let (finished, report) = run_loop(u, fixture, &args, hits, scratch)?;
     let counts = HandlerReport::parse(&report)
         .ok_or_else(|| Failure::Invalid(format!("bench_handler printed no counts: {:?}", report.trim())))?;
-    check_hits("the vector-free counting handler", counts.entries, hits)?;
+    check_hits(&format!("the counting handler ({param})"), counts.entries, hits)?;
     let mut m = parse_report(&finished.stdout).map_err(Failure::Invalid)?;
     m.strategy = super::uprobe_run::probe_strategy(&report);
     Ok(m)
