@@ -457,6 +457,10 @@ fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Res
             "jump probe, counting handler that adds a double (fp=1)".into(),
             ours(&|u| aggregate::run_saving_vectors(u, fixture, 5_000_000, scratch)),
         ),
+        (
+            "jump probe, empty handler without a locked add (empty=1)".into(),
+            ours(&|u| aggregate::run_empty_entry(u, fixture, 5_000_000, scratch)),
+        ),
     ]
 }
 
@@ -473,7 +477,7 @@ fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
                     5 => value(3).map(|l| format!("  {:.1}x uprobe-run --latency", ns / l)),
                     6 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
                     7..=9 => value(1).map(|c| format!("  {:.2}x uprobe-run --count", ns / c)),
-                    10 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
+                    10 | 11 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
                     _ => None,
                 };
                 println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());

@@ -6,9 +6,12 @@
  *   kind=K           entry (uprobe), return (uretprobe, return handler only) or
  *                    entry+return (uretprobe with an entry_handler); default entry
  *   empty=1          with kind=entry+return: handlers that do next to nothing (a plain add
- *                    to a counter of the thread's slot, so that the hits can still be
- *                    checked), with 16 bytes of ri->data as --latency uses: the floor a
- *                    handler-based measurement starts from
+ *                    to a counter, so that the hits can still be checked: single-threaded
+ *                    rows only), with 16 bytes of ri->data as --latency uses: the floor a
+ *                    handler-based measurement starts from; with kind=entry: the same for
+ *                    an entry probe (its handler's code is read and found free of vector
+ *                    instructions, and it has no locked instruction, which would wait for
+ *                    the hit's register frame to leave the store buffer)
  *   novec=1          with kind=entry: the probe declares UPROBE_NO_VECTORS (its handler, an
  *                    atomic add, touches no vector register), so the jump skips their save
  *                    (without it, the runtime reads the handler's code and finds the same)
@@ -96,6 +99,12 @@ static int on_entry_empty(struct uretprobe_instance *ri, struct pt_regs *regs) {
   (void)regs;
   plain_entries++;
   return 0;
+}
+
+static void on_hit_empty(struct uprobe *u, struct pt_regs *regs) {
+  (void)u;
+  (void)regs;
+  plain_entries++;
 }
 
 static void on_return_empty(struct uretprobe_instance *ri, struct pt_regs *regs) {
@@ -225,6 +234,8 @@ int uprobe_init(void) {
       entry_probe.symbol_name = func;
       const char *fp = uprobe_param("fp");
       entry_probe.handler = fp && strcmp(fp, "1") == 0 ? on_entry_fp : on_entry;
+      if (empty && strcmp(empty, "1") == 0)
+        entry_probe.handler = on_hit_empty;
       const char *novec = uprobe_param("novec");
       if (novec && strcmp(novec, "1") == 0)
         entry_probe.flags = UPROBE_NO_VECTORS;

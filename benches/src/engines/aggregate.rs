@@ -136,6 +136,13 @@ pub fn run_vector_free(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Pa
     run_entry_with(u, fixture, "novec=1", hits, scratch)
 }
 
+/// A jump entry probe on `f_push` whose handler only adds to a plain counter
+/// (`bench_handler.so empty=1`): the hit of an empty handler found free of vector
+/// instructions, with no locked instruction of its own.
+pub fn run_empty_entry(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    run_entry_with(u, fixture, "empty=1", hits, scratch)
+}
+
 /// A jump entry probe on `f_push` whose counting handler also adds to a double
 /// (`bench_handler.so fp=1`): the hit with the vector registers' save.
 pub fn run_saving_vectors(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
