@@ -175,9 +175,10 @@ impl Consumer {
         unsafe { !(*u).vector_free() && self.code_word().load(Ordering::Relaxed) != VECTOR_FREE_CODE }
     }
 
-    /// The runtime's word of the probe object (valid while it is registered) that says its handlers' code was found free of
-    /// vector instructions ([`VECTOR_FREE_CODE`]); the last of `struct uprobe`'s reserved
-    /// words (return probes count their left calls in the first three).
+    /// The runtime's word of the probe object (valid while it is registered) that says its
+    /// handlers' code was found free of vector instructions ([`VECTOR_FREE_CODE`]); the last
+    /// of `struct uprobe`'s reserved words (return probes count their left calls in the first
+    /// three).
     pub fn code_word(self) -> &'static AtomicUsize {
         // SAFETY: the reserved words are the runtime's, pointer-sized and aligned, and the
         // object outlives its registration (C ABI); the word is only accessed atomically.
