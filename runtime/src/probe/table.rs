@@ -168,10 +168,10 @@ impl Consumer {
     /// runtime's own bookkeeping of returns uses none).
     #[inline(always)]
     pub fn needs_vectors(self) -> bool {
+        // `struct uretprobe` starts with its `struct uprobe`; the runtime's word is written
+        // before the probe joins a list.
         let u = self.placement();
-        // SAFETY: registered probe objects are valid (C ABI); the flags do not change while
-        // registered, and the runtime's word is written before the probe joins a list.
-        // `struct uretprobe` starts with its `struct uprobe`.
+        // SAFETY: registered probe objects are valid (C ABI); their flags do not change then.
         unsafe { !(*u).vector_free() && self.code_word().load(Ordering::Relaxed) != VECTOR_FREE_CODE }
     }
 
