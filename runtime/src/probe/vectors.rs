@@ -29,13 +29,14 @@ fn handlers(consumer: Consumer) -> Vec<usize> {
     }
 }
 
-/// Reads the code of the handler at `entry`, within its mapping (once per handler while the
-/// modules stay; `verbose`: says what was found).
+/// Reads the code of the handler at `entry`, within its mapping, which must not be writable
+/// (once per handler while the modules stay; `verbose`: says what was found).
 fn check(view: &mut View, entry: usize, verbose: bool) -> bool {
     if let Some(known) = view.handler_code.get(&entry) {
         return known.is_ok();
     }
-    let found = match view.mapping(entry).filter(|m| m.read && m.exec) {
+    // Code in writable memory may be other code by the time it runs: not read.
+    let found = match view.mapping(entry).filter(|m| m.read && m.exec && !m.write) {
         None => Err(Touches::Unreadable { at: entry as u64 }),
         Some(m) => vecfree::check(entry as u64, &mut |addr, buf| {
             let n = buf.len().min(m.end.saturating_sub(addr) as usize);
