@@ -13,9 +13,9 @@
 
 use std::collections::BTreeSet;
 
-use iced_x86::{Code, CpuidFeature, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
+use iced_x86::{Code, CpuidFeature, FlowControl, Instruction, OpKind, Register};
 
-use crate::insn::decode::MAX_INSN_LEN;
+use crate::insn::decode::{decode_at, MAX_INSN_LEN};
 
 /// The most instructions read for one handler (its callees included).
 pub const BUDGET: usize = 4096;
@@ -121,10 +121,9 @@ pub fn check(entry: u64, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> Resul
             }
             let mut bytes = [0u8; MAX_INSN_LEN];
             let n = read(ip, &mut bytes);
-            let insn = Decoder::with_ip(64, &bytes[..n], ip, DecoderOptions::NONE).decode();
-            if insn.is_invalid() {
+            let Some(insn) = decode_at(&bytes[..n], ip) else {
                 return Err(Touches::Unreadable { at: ip });
-            }
+            };
             if !general(&insn) {
                 return Err(Touches::Instruction { at: ip, text: mnemonic(&insn) });
             }
