@@ -439,7 +439,7 @@ fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Res
         ),
         (
             "jump probe, counting handler declared vector-free (novec=1)".into(),
-            ours(&|u| aggregate::run_vector_free(u, fixture, 5_000_000, scratch)),
+            ours(&|u| aggregate::run_entry(u, fixture, "novec=1", 5_000_000, scratch)),
         ),
         (
             "uprobe-run --count, a one-comparison filter fails".into(),
@@ -455,11 +455,11 @@ fn measure_aggregate(engines: &Engines, settings: &Settings) -> Vec<(String, Res
         ),
         (
             "jump probe, counting handler that adds a double (fp=1)".into(),
-            ours(&|u| aggregate::run_saving_vectors(u, fixture, 5_000_000, scratch)),
+            ours(&|u| aggregate::run_entry(u, fixture, "fp=1", 5_000_000, scratch)),
         ),
         (
             "jump probe, empty handler without a locked add (empty=1)".into(),
-            ours(&|u| aggregate::run_empty_entry(u, fixture, 5_000_000, scratch)),
+            ours(&|u| aggregate::run_entry(u, fixture, "empty=1", 5_000_000, scratch)),
         ),
     ]
 }

@@ -130,26 +130,10 @@ pub fn run_empty(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) ->
     Ok(m)
 }
 
-/// A jump entry probe on `f_push` whose counting handler declares `UPROBE_NO_VECTORS`
-/// (`bench_handler.so novec=1`): the hit without the vector registers' save.
-pub fn run_vector_free(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
-    run_entry_with(u, fixture, "novec=1", hits, scratch)
-}
-
-/// A jump entry probe on `f_push` whose handler only adds to a plain counter
-/// (`bench_handler.so empty=1`): the hit of an empty handler found free of vector
-/// instructions, with no locked instruction of its own.
-pub fn run_empty_entry(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
-    run_entry_with(u, fixture, "empty=1", hits, scratch)
-}
-
-/// A jump entry probe on `f_push` whose counting handler also adds to a double
-/// (`bench_handler.so fp=1`): the hit with the vector registers' save.
-pub fn run_saving_vectors(u: &UprobeRun, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
-    run_entry_with(u, fixture, "fp=1", hits, scratch)
-}
-
-fn run_entry_with(
+/// A jump entry probe on `f_push` with `bench_handler.so`'s entry handler as `param` makes it:
+/// `novec=1` (the counting handler declaring `UPROBE_NO_VECTORS`), `empty=1` (a plain add, no
+/// locked instruction), `fp=1` (the count and an add to a double: the vector save kept).
+pub fn run_entry(
     u: &UprobeRun,
     fixture: &Fixture,
     param: &str,
