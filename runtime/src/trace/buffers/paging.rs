@@ -1,6 +1,6 @@
 //! A ring's pages, faulted in ahead of its owner: a page fault on the hit path costs about a
 //! microsecond, 15-20 ns a record at the rates a fast program records. The drain thread
-//! faults them in ahead of each owner; an owner that comes close to the end of them all the
+//! faults them in ahead of each owner, a piece at a time; an owner that comes close to the end of them all the
 //! same wakes it, and faults the next piece in itself.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -80,9 +80,19 @@ impl Ring {
         let wrote = head.saturating_sub(paging.looked.swap(head, Ordering::Relaxed)) as usize;
         let stride = paging.stride.fetch_max(wrote, Ordering::Relaxed).max(wrote);
         let until = sys::page_ceil(offset(head, size) + (FAULT_AHEAD.min(size / 4)).max(4 * stride)).min(size);
-        if until > faulted {
-            sys::populate_write(self.data + faulted, until - faulted);
-            paging.faulted.fetch_max(until, Ordering::Relaxed);
+        // A piece at a time, each published as it is in: the owner, which faults pages in
+        // itself when it comes close to the published end, sees the drain thread ahead of it
+        // instead of faulting in the same pages while one long call runs.
+        let mut from = faulted;
+        while from < until {
+            from = from.max(paging.faulted.load(Ordering::Relaxed));
+            let to = (from + OWN_CHUNK).min(until);
+            if to <= from {
+                break;
+            }
+            sys::populate_write(self.data + from, to - from);
+            paging.faulted.fetch_max(to, Ordering::Relaxed);
+            from = to;
         }
     }
 }
