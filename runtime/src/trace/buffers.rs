@@ -40,11 +40,21 @@ pub struct Ring {
     pub pid: AtomicI32,
     data: usize,
     /// Written by the producer only (its own cache line).
-    head: Pad<AtomicU64>,
+    producer: Pad<Producer>,
     /// Written by the drain thread only.
     tail: Pad<AtomicU64>,
     /// Its pages, faulted in ahead of the owner (see [`Ring::prefault`]).
     paging: Pad<Paging>,
+}
+
+/// The owner's line: the head, and the tail as the owner last read it.
+struct Producer {
+    head: AtomicU64,
+    /// Never past the real tail, so the room it leaves is never room the drain thread has
+    /// yet to read. Read again only when it puts the ring past its high-water mark
+    /// ([`Ring::writer`]): a hit does not wait for the line the drain thread writes as it
+    /// reads, which is most of the time while a program records fast.
+    tail_seen: AtomicU64,
 }
 
 #[repr(align(64))]
@@ -104,7 +114,8 @@ pub fn any_past_high_water() -> bool {
     let Some(pool) = pool() else { return false };
     pool.rings.iter().any(|r| {
         r.state.load(Ordering::Relaxed) != FREE
-            && (r.head.0.load(Ordering::Relaxed) - r.tail.0.load(Ordering::Relaxed)) as usize > high_water(pool.size)
+            && (r.producer.0.head.load(Ordering::Relaxed) - r.tail.0.load(Ordering::Relaxed)) as usize
+                > high_water(pool.size)
     })
 }
 
@@ -150,8 +161,7 @@ pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
     // hit of the last stream's can still write (its probes are gone, a grace period passed).
     if let Some(pool) = pool().filter(|p| p.size == size && p.rings.len() == threads) {
         for ring in pool.rings.iter() {
-            ring.head.0.store(0, Ordering::Relaxed);
-            ring.tail.0.store(0, Ordering::Relaxed);
+            ring.empty();
             ring.state.store(FREE, Ordering::Release);
         }
         NO_RING.store(0, Ordering::Relaxed);
@@ -166,7 +176,7 @@ pub fn init(threads: usize, size: usize) -> Result<(), sys::Errno> {
             tid: AtomicI32::new(0),
             pid: AtomicI32::new(0),
             data: base + i * size,
-            head: Pad(AtomicU64::new(0)),
+            producer: Pad(Producer { head: AtomicU64::new(0), tail_seen: AtomicU64::new(0) }),
             tail: Pad(AtomicU64::new(0)),
             paging: Pad(Paging::default()),
         })
@@ -241,15 +251,34 @@ impl Ring {
 
     fn free(&self) -> usize {
         let size = ring_size();
-        size - (self.head.0.load(Ordering::Relaxed) - self.tail.0.load(Ordering::Acquire)) as usize
+        size - (self.producer.0.head.load(Ordering::Relaxed) - self.tail.0.load(Ordering::Acquire)) as usize
+    }
+
+    /// Its head and tail back to the start (no writer or reader at work on it).
+    fn empty(&self) {
+        self.producer.0.head.store(0, Ordering::Relaxed);
+        self.producer.0.tail_seen.store(0, Ordering::Relaxed);
+        self.tail.0.store(0, Ordering::Relaxed);
+    }
+
+    /// Reads the tail again, after a record found no room by the one last read: whether it
+    /// moved since.
+    #[cold]
+    pub fn catch_up(&self) -> bool {
+        let tail = self.tail.0.load(Ordering::Acquire);
+        self.producer.0.tail_seen.swap(tail, Ordering::Relaxed) != tail
     }
 
     /// A writer for a record at the head; `wrap`: start over at the ring's start.
     #[inline]
     pub fn writer(&self, wrap: bool) -> Writer<'_> {
         let size = ring_size();
-        let head = self.head.0.load(Ordering::Relaxed);
-        let tail = self.tail.0.load(Ordering::Acquire);
+        let head = self.producer.0.head.load(Ordering::Relaxed);
+        let mut tail = self.producer.0.tail_seen.load(Ordering::Relaxed);
+        if wrap || (head - tail) as usize > high_water(size) {
+            tail = self.tail.0.load(Ordering::Acquire);
+            self.producer.0.tail_seen.store(tail, Ordering::Relaxed);
+        }
         let free = size - (head - tail) as usize;
         let at = offset(head, size);
         let to_end = size - at;
@@ -363,7 +392,7 @@ impl Writer<'_> {
             self.pad_skipped();
         }
         let head = self.head + (self.skipped + padded) as u64;
-        self.ring.head.0.store(head, Ordering::Release);
+        self.ring.producer.0.head.store(head, Ordering::Release);
         let size = self.size;
         let (at, faulted) = (offset(head, size), self.ring.paging.0.faulted.load(Ordering::Relaxed));
         if (head - self.tail) as usize > high_water(size) || (faulted < size && at + FAULT_MARGIN > faulted) {
@@ -413,7 +442,7 @@ impl Ring {
     /// room (drain thread). Padding records are skipped.
     pub fn drain(&self, mut f: impl FnMut(&[u8])) {
         let size = ring_size();
-        let head = self.head.0.load(Ordering::Acquire);
+        let head = self.producer.0.head.load(Ordering::Acquire);
         let mut tail = self.tail.0.load(Ordering::Relaxed);
         let all = self.bytes(size);
         while tail < head {
@@ -433,9 +462,8 @@ impl Ring {
 
     /// Makes a released ring free again once drained (drain thread).
     pub fn recycle(&self) {
-        if self.head.0.load(Ordering::Acquire) == self.tail.0.load(Ordering::Relaxed) {
-            self.head.0.store(0, Ordering::Relaxed);
-            self.tail.0.store(0, Ordering::Relaxed);
+        if self.producer.0.head.load(Ordering::Acquire) == self.tail.0.load(Ordering::Relaxed) {
+            self.empty();
             self.state.store(FREE, Ordering::Release);
         }
     }
@@ -448,8 +476,7 @@ pub fn after_fork() {
     let Some(pool) = pool() else { return };
     let mine = mine_index();
     for (i, ring) in pool.rings.iter().enumerate() {
-        ring.head.0.store(0, Ordering::Relaxed);
-        ring.tail.0.store(0, Ordering::Relaxed);
+        ring.empty();
         // Shared with the parent until written: each page would fault again.
         ring.paging.0.reset();
         if mine != 0 && mine != u32::MAX && i == mine as usize - 1 {
@@ -468,8 +495,7 @@ pub fn release_pages() {
     let Some(pool) = pool() else { return };
     let Some(first) = pool.rings.first() else { return };
     for ring in pool.rings.iter() {
-        ring.head.0.store(0, Ordering::Relaxed);
-        ring.tail.0.store(0, Ordering::Relaxed);
+        ring.empty();
         ring.paging.0.reset();
     }
     let (at, len) = (first.data, sys::page_ceil(pool.rings.len() * pool.size));

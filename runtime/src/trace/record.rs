@@ -94,6 +94,13 @@ fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
     if write(&mut w, ev, regs, &header).is_ok() && w.commit().is_ok() {
         return;
     }
+    // No room by the tail as last read: read it again.
+    if ring.catch_up() {
+        let mut w = ring.writer(false);
+        if write(&mut w, ev, regs, &header).is_ok() && w.commit().is_ok() {
+            return;
+        }
+    }
     // No room before the ring's end: start over at its start, where the drain made room.
     if ring.writer(false).may_wrap() {
         let mut w = ring.writer(true);

@@ -1,7 +1,7 @@
 //! A ring's pages, faulted in ahead of its owner: a page fault on the hit path costs about a
 //! microsecond, 15-20 ns a record at the rates a fast program records. The drain thread
-//! faults them in ahead of each owner, a piece at a time; an owner that comes close to the end of them all the
-//! same wakes it, and faults the next piece in itself.
+//! faults them in ahead of each owner, a piece at a time; an owner that comes close to the
+//! end of them all the same wakes it, and faults the next piece in itself.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -76,7 +76,7 @@ impl Ring {
         if faulted >= size {
             return;
         }
-        let head = self.head.0.load(Ordering::Acquire);
+        let head = self.producer.0.head.load(Ordering::Acquire);
         let wrote = head.saturating_sub(paging.looked.swap(head, Ordering::Relaxed)) as usize;
         let stride = paging.stride.fetch_max(wrote, Ordering::Relaxed).max(wrote);
         let until = sys::page_ceil(offset(head, size) + (FAULT_AHEAD.min(size / 4)).max(4 * stride)).min(size);
