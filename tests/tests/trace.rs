@@ -228,6 +228,44 @@ fn a_full_buffer_drops_records_and_counts_them_exactly() {
     assert_eq!(written + dropped, n, "written {written} + dropped {dropped}");
 }
 
+/// A record names the CPU its thread ran on: the fixture pins itself to each CPU it may use,
+/// in turn and back, and passes that CPU's number. Records take it from the thread's rseq
+/// area, which glibc registers, or with `rdpid` where glibc is told not to
+/// (`glibc.pthread.rseq=0`); `--verbose` says which.
+#[test]
+fn each_record_names_the_cpu_its_thread_ran_on() {
+    let program = target();
+    let def = format!("p:t/add {}:add cpu=%di:s32 round=%si:s32", path_str(&program));
+    for (tunables, source) in
+        [("", "the CPU from the thread's rseq area"), ("glibc.pthread.rseq=0", "the CPU from rdpid")]
+    {
+        let r = uprobe_tests::run_uprobe_env(
+            &["--verbose", "-e", &def, &path_str(&program), "cpus"],
+            &[("GLIBC_TUNABLES", tunables)],
+        );
+        assert!(r.status.success(), "{}{}", r.stderr, r.output);
+        if !r.output.contains("records timed with rdtsc") {
+            eprintln!("skipped ({tunables:?}): records are not timed with the TSC here, no CPU source to check");
+            continue;
+        }
+        assert!(r.output.contains(source), "{tunables:?}: expected {source:?} in\n{}", r.output);
+        let mut seen = Vec::new();
+        for line in r.output.lines().filter(|l| l.contains(": add: (add+0x0) cpu=")) {
+            let field = line.split('[').nth(1).and_then(|x| x.split(']').next()).expect("a [CPU] field");
+            let cpu: i64 = field.trim().parse().expect("a CPU number");
+            let arg: i64 =
+                line.split("cpu=").nth(1).and_then(|x| x.split_whitespace().next()).unwrap().parse().unwrap();
+            assert_eq!(cpu, arg, "{tunables:?}: {line}");
+            seen.push(cpu);
+        }
+        let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(seen.len(), 2 * allowed, "{tunables:?}: one record per CPU and round\n{}", r.output);
+        if allowed < 2 {
+            eprintln!("one CPU only: the records cannot show a move between CPUs");
+        }
+    }
+}
+
 #[test]
 fn two_threads_each_record_their_own_calls_in_order() {
     let program = target();

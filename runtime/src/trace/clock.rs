@@ -2,14 +2,16 @@
 //! without calling libc.
 //!
 //! Where the kernel itself keeps time with the TSC (clocksource `tsc`, and the CPU says its
-//! TSC is constant and does not stop), a record takes `rdtsc` and `rdpid` (or `rdtscp` where
-//! there is no `rdpid`): the counter and, in IA32_TSC_AUX, the CPU number Linux keeps there. The drain thread turns counts into
+//! TSC is constant and does not stop), a record takes `rdtsc` and the CPU from the thread's
+//! rseq area, which glibc registers for every thread it starts and where the kernel keeps the
+//! CPU number current; a thread without one takes `rdpid` (or `rdtscp` where there is no
+//! `rdpid`): the CPU number Linux keeps in IA32_TSC_AUX. The drain thread turns counts into
 //! CLOCK_MONOTONIC nanoseconds with a line through two points read from the vDSO's
 //! `__vdso_clock_gettime` (found through `getauxval(AT_SYSINFO_EHDR)` at start-up): the
 //! start, and the moment of each drain pass. Elsewhere records call `__vdso_clock_gettime`
 //! directly (no system call either, the vDSO is not probeable) and `__vdso_getcpu`.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::{elf, maps, sys};
 
@@ -20,6 +22,12 @@ static USE_TSC: AtomicBool = AtomicBool::new(false);
 /// `rdpid` reads IA32_TSC_AUX alone: with `rdtsc` it avoids `rdtscp`, which waits for every
 /// earlier instruction (the stub's register saves) and costs several times as much here.
 static USE_RDPID: AtomicBool = AtomicBool::new(false);
+/// Where each thread's `struct rseq` `cpu_id` lies from its thread pointer (glibc's
+/// `__rseq_offset`, plus 4), or `NO_RSEQ`: the kernel keeps the word current as the thread
+/// moves, so one load gives the CPU where `rdpid` costs about 2 ns here. A thread whose
+/// area is not registered reads -1 or -2 there, and takes `rdpid`.
+static RSEQ_CPU: AtomicIsize = AtomicIsize::new(NO_RSEQ);
+const NO_RSEQ: isize = isize::MIN;
 static VDSO_GETTIME: AtomicUsize = AtomicUsize::new(0);
 static VDSO_GETCPU: AtomicUsize = AtomicUsize::new(0);
 /// The two calibration points (counter, ns): the start, and the latest drain pass.
@@ -28,14 +36,20 @@ static NS0: AtomicU64 = AtomicU64::new(0);
 static TSC1: AtomicU64 = AtomicU64::new(0);
 static NS1: AtomicU64 = AtomicU64::new(0);
 
-/// Which clock records use, for `--verbose` and the claim of docs/events.md (The stream).
-pub fn describe() -> &'static str {
+/// Which clock records use, and where their CPU comes from, for `--verbose` and the claim
+/// of docs/events.md (The stream).
+pub fn describe() -> String {
+    let cpu = match (RSEQ_CPU.load(Ordering::Relaxed) != NO_RSEQ, USE_RDPID.load(Ordering::Relaxed)) {
+        (true, _) => "the CPU from the thread's rseq area",
+        (false, true) => "the CPU from rdpid",
+        (false, false) => "the CPU from rdtscp",
+    };
     if USE_TSC.load(Ordering::Relaxed) {
-        "rdtsc (and rdpid or rdtscp for the CPU), calibrated against the vDSO's CLOCK_MONOTONIC"
+        format!("rdtsc, calibrated against the vDSO's CLOCK_MONOTONIC, {cpu}")
     } else if VDSO_GETTIME.load(Ordering::Relaxed) != 0 {
-        "the vDSO's clock_gettime(CLOCK_MONOTONIC)"
+        "the vDSO's clock_gettime(CLOCK_MONOTONIC) and getcpu".into()
     } else {
-        "clock_gettime(CLOCK_MONOTONIC) by system call (no vDSO)"
+        "clock_gettime(CLOCK_MONOTONIC) by system call (no vDSO)".into()
     }
 }
 
@@ -73,6 +87,7 @@ pub fn init() {
         })
         .unwrap_or(false);
     USE_RDPID.store(rdpid, Ordering::Relaxed);
+    RSEQ_CPU.store(rseq_cpu_offset().unwrap_or(NO_RSEQ), Ordering::Relaxed);
     let (t, _) = now();
     let ns = monotonic_ns();
     TSC0.store(t, Ordering::Relaxed);
@@ -91,6 +106,47 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: the vDSO's clock_gettime, with a valid timespec to fill.
     unsafe { core::mem::transmute::<usize, ClockGettime>(f)(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Where the `cpu_id` of the threads' rseq areas lies from the thread pointer, if glibc
+/// registered one for the thread at hand (start-up): `__rseq_size` non-zero, and the word
+/// read here the CPU the thread runs on.
+fn rseq_cpu_offset() -> Option<isize> {
+    // SAFETY: dlsym with RTLD_DEFAULT and C strings; the symbols, where glibc has them
+    // (2.35 and later), are a ptrdiff_t and an unsigned int it sets before `main`.
+    let (offset, size) = unsafe {
+        let offset = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+        if offset.is_null() || size.is_null() {
+            return None;
+        }
+        (offset.read(), size.read())
+    };
+    // `cpu_id_start` then `cpu_id`, both 32-bit, at the start of `struct rseq`.
+    let cpu_id = offset.checked_add(4)?;
+    let here = rseq_cpu(cpu_id);
+    (size >= 8 && here >= 0 && here as u32 == cpu_by_instruction()).then_some(cpu_id)
+}
+
+/// The rseq `cpu_id` word at `offset` from the thread pointer.
+#[inline(always)]
+fn rseq_cpu(offset: isize) -> i32 {
+    let cpu: i32;
+    // SAFETY: the word lies in the calling thread's own thread control block, where glibc
+    // keeps its rseq area for every thread it starts (`rseq_cpu_offset`).
+    unsafe {
+        core::arch::asm!("mov {cpu:e}, dword ptr fs:[{off}]", off = in(reg) offset, cpu = out(reg) cpu,
+            options(nostack, readonly, preserves_flags))
+    };
+    cpu
+}
+
+/// The CPU as `rdpid` (or `rdtscp`) gives it, the vDSO's `getcpu` without them (start-up).
+fn cpu_by_instruction() -> u32 {
+    let mut cpu = 0;
+    // SAFETY: getcpu fills the place given; the cache argument is unused since Linux 2.6.24.
+    unsafe { libc::syscall(libc::SYS_getcpu, &mut cpu as *mut u32, 0usize, 0usize) };
+    cpu
 }
 
 #[inline(always)]
@@ -115,6 +171,13 @@ fn rdtsc_rdpid() -> (u64, u32) {
 #[inline(always)]
 pub fn now() -> (u64, u32) {
     if USE_TSC.load(Ordering::Relaxed) {
+        let rseq = RSEQ_CPU.load(Ordering::Relaxed);
+        if rseq != NO_RSEQ {
+            let cpu = rseq_cpu(rseq);
+            if cpu >= 0 {
+                return (ticks(), cpu as u32 & 0xfff);
+            }
+        }
         if USE_RDPID.load(Ordering::Relaxed) {
             return rdtsc_rdpid();
         }
@@ -142,10 +205,17 @@ fn now_without_tsc() -> (u64, u32) {
     (ns, cpu)
 }
 
-/// The CPU the thread runs on, without reading the clock (hit path): `rdpid`, or `rdtscp`
-/// where there is no `rdpid`, or the vDSO's `getcpu`.
+/// The CPU the thread runs on, without reading the clock (hit path): its rseq area's, or
+/// `rdpid`, or `rdtscp` where there is no `rdpid`, or the vDSO's `getcpu`.
 #[inline(always)]
 pub fn cpu() -> u32 {
+    let rseq = RSEQ_CPU.load(Ordering::Relaxed);
+    if rseq != NO_RSEQ {
+        let cpu = rseq_cpu(rseq);
+        if cpu >= 0 {
+            return cpu as u32 & 0xfff;
+        }
+    }
     if USE_TSC.load(Ordering::Relaxed) && USE_RDPID.load(Ordering::Relaxed) {
         let aux: u64;
         // SAFETY: rdpid reads IA32_TSC_AUX; checked at start-up.
