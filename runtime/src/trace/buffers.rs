@@ -341,6 +341,21 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// The next `n` bytes (a multiple of 8) as words, written in place, where the writer is
+    /// at a record's start: one check of the room for a record whose size is known before.
+    #[inline(always)]
+    pub fn words(&mut self, n: usize) -> Result<&mut [u64], Full> {
+        let end = self.len + n;
+        if end > self.buf.len() || self.len != 0 || !n.is_multiple_of(ALIGN) {
+            return Err(Full);
+        }
+        self.len = end;
+        // SAFETY: the writer's buffer starts at a record's start in the ring, which lies on
+        // a page and holds records of multiples of 8 bytes, so it is 8-aligned; its first
+        // `n` bytes are the writer's (checked above) and it is not read again until commit.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u64, n / 8) })
+    }
+
     /// The unwritten room, to copy into directly; [`Writer::advance`] then.
     pub fn room(&mut self) -> &mut [u8] {
         &mut self.buf[self.len..]

@@ -61,6 +61,9 @@ pub struct Event {
     /// Its probe could not be placed and `--lenient` skipped it: reports say so instead of
     /// counting it.
     pub skipped: AtomicBool,
+    /// The size of its records without the caller word, where every fetcharg is one number
+    /// (see `record::numbers_only`); 0 otherwise.
+    pub fixed_len: usize,
 }
 
 // SAFETY: the probe objects are leaked and only their `vaddr` changes (by placement, under the

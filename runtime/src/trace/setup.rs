@@ -364,6 +364,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
         triggers: Vec::new(),
         gated: s.filter.is_some(),
         skipped: AtomicBool::new(t.skipped),
+        fixed_len: record::numbers_only(&s.def.args).unwrap_or(0),
     }
 }
 
