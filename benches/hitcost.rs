@@ -273,9 +273,10 @@ fn measure_startup(engines: &Engines, settings: &Settings) -> Vec<StartupRow> {
 }
 
 /// The event rows: (label, ns per hit over the plain call, median) for a counting jump probe,
-/// uprobe-run's event and the kernel's trace event with the same definition.
+/// then for each event (two fetchargs, then one) uprobe-run's and the kernel's trace event
+/// with the same definition.
 fn measure_trace(engines: &Engines, settings: &Settings) -> Vec<(String, Result<f64, String>)> {
-    use uprobe_bench::engines::trace;
+    use uprobe_bench::engines::trace::{self, Args};
     let median = |f: &dyn Fn() -> Result<Measurement, Failure>| median_of(settings.runs, f);
     let job = |engine, hits| Job { engine, kind: Kind::Entry, function: "f_push", threads: 1, hits };
     let baseline = median(&|| engines.run(&job(Engine::None, 5_000_000)));
@@ -285,32 +286,34 @@ fn measure_trace(engines: &Engines, settings: &Settings) -> Vec<(String, Result<
         (_, Err(e)) => Err(e),
     };
     let counting = over(median(&|| engines.run(&job(Engine::Jump, 5_000_000))));
-    let ours = over(match &engines.uprobe_run {
-        Ok(u) => median(&|| trace::run_uprobe_run(&u.bin, &engines.fixture, 1_000_000, &engines.scratch)),
-        Err(e) => Err(e.clone()),
-    });
-    let kernel = over(median(&|| trace::run_kernel(&engines.fixture, 200_000, &engines.scratch)));
-    vec![
-        ("jump probe, counting handler (bench_handler.so)".into(), counting),
-        ("uprobe-run -e, the event recorded (jump probe)".into(), ours),
-        ("kernel uprobe trace event, same definition (tracefs)".into(), kernel),
-    ]
+    let mut rows = vec![("jump probe, counting handler (bench_handler.so)".into(), counting)];
+    for (args, what) in [(Args::RegisterAndString, "a register and a string"), (Args::Register, "one register")] {
+        let ours = over(match &engines.uprobe_run {
+            Ok(u) => median(&|| trace::run_uprobe_run(&u.bin, &engines.fixture, args, 1_000_000, &engines.scratch)),
+            Err(e) => Err(e.clone()),
+        });
+        let kernel = over(median(&|| trace::run_kernel(&engines.fixture, args, 200_000, &engines.scratch)));
+        rows.push((format!("uprobe-run -e, {what} (jump probe)"), ours));
+        rows.push((format!("kernel uprobe trace event, {what} (tracefs)"), kernel));
+    }
+    rows
 }
 
-fn print_trace(rows: &[(String, Result<f64, String>)], runs: usize, def: &str) {
-    println!("\nEvents: {def}\n(ns/hit over the plain call, median of {runs})");
+fn print_trace(rows: &[(String, Result<f64, String>)], runs: usize, defs: &[String]) {
+    println!("\nEvents: {}\n(ns/hit over the plain call, median of {runs})", defs.join("\n        "));
     let value = |i: usize| rows.get(i).and_then(|r| r.1.as_ref().ok().copied());
     for (i, (label, r)) in rows.iter().enumerate() {
         match r {
             Ok(ns) => {
+                // Rows: the counting probe, then uprobe-run's and the kernel's of each event.
                 let ratio = match i {
-                    1 => value(0).map(|c| format!("  {:.2}x the counting jump probe", ns / c)),
-                    2 => value(1).map(|o| format!("  {:.1}x uprobe-run's event", ns / o)),
-                    _ => None,
+                    0 => None,
+                    i if i % 2 == 1 => value(0).map(|c| format!("  {:.2}x the counting jump probe", ns / c)),
+                    i => value(i - 1).map(|o| format!("  {:.1}x uprobe-run's event", ns / o)),
                 };
-                println!("  {label:<56} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
+                println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
             }
-            Err(e) => println!("  {label:<56} unavailable: {e}"),
+            Err(e) => println!("  {label:<62} unavailable: {e}"),
         }
     }
 }
@@ -480,9 +483,9 @@ fn print_aggregate(rows: &[(String, Result<f64, String>)], runs: usize) {
                     10 | 11 => value(0).map(|c| format!("  {:.2}x the counting handler", ns / c)),
                     _ => None,
                 };
-                println!("  {label:<62} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
+                println!("  {label:<56} {:>10}{}", fmt_ns(*ns), ratio.unwrap_or_default());
             }
-            Err(e) => println!("  {label:<62} unavailable: {e}"),
+            Err(e) => println!("  {label:<56} unavailable: {e}"),
         }
     }
 }
@@ -621,8 +624,10 @@ fn main() {
     let report = Report { machine, runs: settings.runs, target_ms: settings.target_ms, rows, startup, attach };
     print!("{}", report.table());
     if !trace_rows.is_empty() {
-        let def = uprobe_bench::engines::trace::definition(&report_fixture).unwrap_or_default();
-        print_trace(&trace_rows, settings.runs, &def);
+        use uprobe_bench::engines::trace::{definition, Args};
+        let defs =
+            [Args::RegisterAndString, Args::Register].map(|args| definition(&report_fixture, args).unwrap_or_default());
+        print_trace(&trace_rows, settings.runs, &defs);
     }
     if !aggregate_rows.is_empty() {
         print_aggregate(&aggregate_rows, settings.runs);

@@ -1,8 +1,8 @@
-//! The event rows (`HITCOST_ONLY=trace`): one event with two fetchargs, a register and a
-//! string, on `f_push`, recorded by uprobe-run (`-e`, through its jump probe) and by the
-//! kernel's uprobe trace event with the same definition (tracefs `uprobe_events`, recorded in
-//! the kernel's ring buffer). Both definitions name the probe by file offset and the string
-//! by `@+OFFSET`, as tracefs takes them.
+//! The event rows (`HITCOST_ONLY=trace`): an event on `f_push` with one fetcharg (a
+//! register), and one with two (a register and a string), each recorded by uprobe-run (`-e`,
+//! through its jump probe) and by the kernel's uprobe trace event with the same definition
+//! (tracefs `uprobe_events`, recorded in the kernel's ring buffer). Both definitions name the
+//! probe by file offset and the string by `@+OFFSET`, as tracefs takes them.
 
 use super::{describe_exit, parse_report, run_command, Failure, Measurement};
 use crate::fixture::Fixture;
@@ -13,9 +13,22 @@ use std::process::Command;
 const GROUP: &str = "hitcost_trace";
 const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// The fetchargs of an event row.
+#[derive(Clone, Copy)]
+pub enum Args {
+    /// `n=%di`
+    Register,
+    /// `n=%di s=@+OFFSET:string`
+    RegisterAndString,
+}
+
 /// The definition, for uprobe-run and for tracefs alike.
-pub fn definition(fixture: &Fixture) -> Result<String, String> {
+pub fn definition(fixture: &Fixture, args: Args) -> Result<String, String> {
     let f = fixture.function("f_push");
+    let probe = format!("p:{GROUP}/f_push {}:{:#x} n=%di", fixture.program.display(), f.file_offset);
+    if let Args::Register = args {
+        return Ok(probe);
+    }
     let out = Command::new("nm").arg(&fixture.program).output().map_err(|e| format!("nm: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let name = text
@@ -23,7 +36,7 @@ pub fn definition(fixture: &Fixture) -> Result<String, String> {
         .find_map(|l| l.strip_suffix(" g_name").and_then(|l| l.split_whitespace().next()))
         .and_then(|a| u64::from_str_radix(a, 16).ok())
         .ok_or("g_name not in the fixture")?;
-    Ok(format!("p:{GROUP}/f_push {}:{:#x} n=%di s=@+{name:#x}:string", fixture.program.display(), f.file_offset))
+    Ok(format!("{probe} s=@+{name:#x}:string"))
 }
 
 /// Counts the lines of a file without holding it whole.
@@ -32,8 +45,14 @@ fn count_lines(path: &Path, needle: &str) -> usize {
 }
 
 /// The fixture under `uprobe-run -e DEF`; every hit must be written (no drop).
-pub fn run_uprobe_run(bin: &Path, fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
-    let def = definition(fixture).map_err(Failure::Unavailable)?;
+pub fn run_uprobe_run(
+    bin: &Path,
+    fixture: &Fixture,
+    args: Args,
+    hits: u64,
+    scratch: &Path,
+) -> Result<Measurement, Failure> {
+    let def = definition(fixture, args).map_err(Failure::Unavailable)?;
     let output = scratch.join("trace-events.out");
     let mut cmd = Command::new(bin);
     cmd.arg("-o").arg(&output).args(["--buffer-size", "256M", "-e", &def, "--"]).arg(&fixture.program);
@@ -52,8 +71,8 @@ pub fn run_uprobe_run(bin: &Path, fixture: &Fixture, hits: u64, scratch: &Path) 
 }
 
 /// The fixture with the same definition as a kernel trace event, enabled in tracefs.
-pub fn run_kernel(fixture: &Fixture, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
-    let def = definition(fixture).map_err(Failure::Unavailable)?;
+pub fn run_kernel(fixture: &Fixture, args: Args, hits: u64, scratch: &Path) -> Result<Measurement, Failure> {
+    let def = definition(fixture, args).map_err(Failure::Unavailable)?;
     let root = PathBuf::from(TRACEFS);
     let append = |file: &str, line: &str| -> Result<(), String> {
         use std::io::Write;
