@@ -28,6 +28,7 @@ fn word(regs: &PtRegs, i: u8) -> u64 {
 }
 
 /// A value that is not read from memory at its last step, or None for a fault on the way.
+#[inline]
 pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
     match f {
         Fetch::Reg(r) => Some(word(regs, r.0)),
@@ -73,6 +74,7 @@ pub fn address(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
 /// A number fetcharg's value as a record would hold it (as read, not yet cut to its type or
 /// bitfield), or None for a fault; for front-ends that use values without recording them
 /// (aggregation). Hit path.
+#[inline]
 pub fn fetch_number(arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Option<u64> {
     match &arg.fetch {
         f @ (Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. }) => {
