@@ -285,6 +285,8 @@ fn pass(last: bool) -> bool {
 
 /// How many records are formatted between two looks at the rings' fill.
 const URGENT_EVERY: usize = 512;
+/// How many bytes of records are taken out of a ring between two looks at its pages.
+const PREFAULT_EVERY: usize = 256 << 10;
 
 /// Takes the records out of every ring in use into the staged list and its arena, and faults
 /// in the pages each owner will write next; `all`: also recycles the rings of threads that
@@ -294,9 +296,16 @@ fn collect(st: &mut State, all: bool) {
     for InUse { ring, released } in buffers::in_use() {
         let (tid, pid) = (ring.tid.load(Ordering::Relaxed), ring.pid.load(Ordering::Relaxed));
         let key = ring as *const _ as usize - pool_base;
-        // Before the copy, which may take a while: the owner goes on writing meanwhile.
+        // Before the copy, and as it goes (a ring past its high-water mark holds megabytes):
+        // the owner goes on writing meanwhile.
         ring.prefault();
+        let mut copied = 0;
         ring.drain(|rec| {
+            copied += rec.len();
+            if copied >= PREFAULT_EVERY {
+                copied = 0;
+                ring.prefault();
+            }
             if let Some(h) = format::header(rec) {
                 st.seq += 1;
                 st.staged.push(Staged {
