@@ -350,9 +350,8 @@ impl Writer<'_> {
             return Err(Full);
         }
         self.len = end;
-        // SAFETY: the writer's buffer starts at a record's start in the ring, which lies on
-        // a page and holds records of multiples of 8 bytes, so it is 8-aligned; its first
-        // `n` bytes are the writer's (checked above) and it is not read again until commit.
+        // SAFETY: the buffer starts at a record's start, 8-aligned (the ring lies on a page and
+        // its records are multiples of 8 bytes); its first `n` bytes are the writer's (above).
         Ok(unsafe { core::slice::from_raw_parts_mut(self.buf.as_mut_ptr() as *mut u64, n / 8) })
     }
 
