@@ -125,7 +125,18 @@ fn rseq_cpu_offset() -> Option<isize> {
     // `cpu_id_start` then `cpu_id`, both 32-bit, at the start of `struct rseq`.
     let cpu_id = offset.checked_add(4)?;
     let here = rseq_cpu(cpu_id);
-    (size >= 8 && here >= 0 && here as u32 == cpu_by_instruction()).then_some(cpu_id)
+    (size >= 8 && here >= 0 && here as u32 == cpu_by_system_call()).then_some(cpu_id)
+}
+
+/// The CPU from the calling thread's rseq area, where it has one (hit path: one load).
+#[inline(always)]
+fn cpu_from_rseq() -> Option<u32> {
+    let rseq = RSEQ_CPU.load(Ordering::Relaxed);
+    if rseq == NO_RSEQ {
+        return None;
+    }
+    let cpu = rseq_cpu(rseq);
+    (cpu >= 0).then_some(cpu as u32)
 }
 
 /// The rseq `cpu_id` word at `offset` from the thread pointer.
@@ -141,8 +152,8 @@ fn rseq_cpu(offset: isize) -> i32 {
     cpu
 }
 
-/// The CPU as `rdpid` (or `rdtscp`) gives it, the vDSO's `getcpu` without them (start-up).
-fn cpu_by_instruction() -> u32 {
+/// The CPU as the kernel's `getcpu` system call gives it (start-up).
+fn cpu_by_system_call() -> u32 {
     let mut cpu = 0;
     // SAFETY: getcpu fills the place given; the cache argument is unused since Linux 2.6.24.
     unsafe { libc::syscall(libc::SYS_getcpu, &mut cpu as *mut u32, 0usize, 0usize) };
@@ -171,12 +182,8 @@ fn rdtsc_rdpid() -> (u64, u32) {
 #[inline(always)]
 pub fn now() -> (u64, u32) {
     if USE_TSC.load(Ordering::Relaxed) {
-        let rseq = RSEQ_CPU.load(Ordering::Relaxed);
-        if rseq != NO_RSEQ {
-            let cpu = rseq_cpu(rseq);
-            if cpu >= 0 {
-                return (ticks(), cpu as u32 & 0xfff);
-            }
+        if let Some(cpu) = cpu_from_rseq() {
+            return (ticks(), cpu);
         }
         if USE_RDPID.load(Ordering::Relaxed) {
             return rdtsc_rdpid();
@@ -209,12 +216,8 @@ fn now_without_tsc() -> (u64, u32) {
 /// `rdpid`, or `rdtscp` where there is no `rdpid`, or the vDSO's `getcpu`.
 #[inline(always)]
 pub fn cpu() -> u32 {
-    let rseq = RSEQ_CPU.load(Ordering::Relaxed);
-    if rseq != NO_RSEQ {
-        let cpu = rseq_cpu(rseq);
-        if cpu >= 0 {
-            return cpu as u32 & 0xfff;
-        }
+    if let Some(cpu) = cpu_from_rseq() {
+        return cpu;
     }
     if USE_TSC.load(Ordering::Relaxed) && USE_RDPID.load(Ordering::Relaxed) {
         let aux: u64;
