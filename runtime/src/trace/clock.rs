@@ -124,8 +124,12 @@ fn rseq_cpu_offset() -> Option<isize> {
     };
     // `cpu_id_start` then `cpu_id`, both 32-bit, at the start of `struct rseq`.
     let cpu_id = offset.checked_add(4)?;
-    let here = rseq_cpu(cpu_id);
-    (size >= 8 && here >= 0 && here as u32 == cpu_by_system_call()).then_some(cpu_id)
+    // A move to another CPU between the two reads fails one try, not the next.
+    let agrees = || {
+        let here = rseq_cpu(cpu_id);
+        here >= 0 && here as u32 == cpu_by_system_call()
+    };
+    (size >= 8 && (0..3).any(|_| agrees())).then_some(cpu_id)
 }
 
 /// The CPU from the calling thread's rseq area, where it has one (hit path: one load).
@@ -183,7 +187,7 @@ fn rdtsc_rdpid() -> (u64, u32) {
 pub fn now() -> (u64, u32) {
     if USE_TSC.load(Ordering::Relaxed) {
         if let Some(cpu) = cpu_from_rseq() {
-            return (ticks(), cpu);
+            return (rdtsc(), cpu);
         }
         if USE_RDPID.load(Ordering::Relaxed) {
             return rdtsc_rdpid();
@@ -233,12 +237,18 @@ pub fn cpu() -> u32 {
 #[inline(always)]
 pub fn ticks() -> u64 {
     if USE_TSC.load(Ordering::Relaxed) {
-        let (lo, hi): (u32, u32);
-        // SAFETY: rdtsc reads the time-stamp counter; checked at start-up.
-        unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack)) };
-        return (u64::from(hi) << 32) | u64::from(lo);
+        return rdtsc();
     }
     vector_free_ns()
+}
+
+/// The time-stamp counter, where `USE_TSC` says records use it.
+#[inline(always)]
+fn rdtsc() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: rdtsc reads the time-stamp counter; checked at start-up.
+    unsafe { core::arch::asm!("rdtsc", out("eax") lo, out("edx") hi, options(nomem, nostack)) };
+    (u64::from(hi) << 32) | u64::from(lo)
 }
 
 /// [`monotonic_ns`] from a hit path that may not touch the vector registers (the compiler
