@@ -126,7 +126,7 @@ fn jump_target(more: &str) -> Option<(u64, Vec<Instruction>)> {
     let p = p.to_str().unwrap();
     let event = format!("p:cs/counted {p}:counted{more}");
     let r = run(&["--count", "-e", &event, p, "stub"]);
-    let line = r.stdout.trim();
+    let line = r.stdout.lines().next().unwrap_or_default();
     if line == "int3" {
         return None;
     }

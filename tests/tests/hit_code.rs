@@ -122,7 +122,8 @@ fn the_hit_paths_and_the_runtimes_own_handlers_touch_no_vector_register() {
     let data = std::fs::read(artefact("libuprobe.so")).unwrap();
     // The Rust side of a jump hit (return probes' entries included), the trampoline's
     // choice and the Rust side of a return, and the handlers of every counted entry and
-    // return event, of `--latency`'s timed calls and of the trace stream's records.
+    // return event, of `--latency`'s timed calls (their quick entry and return too) and of
+    // the trace stream's records.
     for start in [
         "5probe8dispatch8jump_hit17h",
         "5probe8retprobe14return_vectors17h",
@@ -131,6 +132,8 @@ fn the_hit_paths_and_the_runtimes_own_handlers_touch_no_vector_register() {
         "9aggregate3hit9on_return17h",
         "9aggregate3hit13latency_entry17h",
         "9aggregate3hit14latency_return17h",
+        "9aggregate5timed11timed_entry17h",
+        "9aggregate5timed12timed_return17h",
         "5trace6record8on_entry17h",
         "5trace6record9on_return17h",
     ] {

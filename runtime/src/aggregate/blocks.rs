@@ -267,6 +267,15 @@ pub fn mine() -> Option<Block> {
     }
 }
 
+/// The calling thread's block if it claimed one already (hit path: never claims).
+#[inline(always)]
+pub fn claimed() -> Option<Block> {
+    match mine_word() {
+        NONE_YET | NONE_TO_BE_HAD => None,
+        b => Some(Block(b)),
+    }
+}
+
 fn owner_word(pid: i32, tid: i32) -> u64 {
     (u64::from(pid as u32) << 32) | u64::from(tid as u32)
 }

@@ -65,7 +65,7 @@ pub fn unblocked(index: usize) -> u64 {
 }
 
 #[cold]
-fn no_block(index: u32) {
+pub fn no_block(index: u32) {
     if let Some(c) = unblocked_counter(index as usize) {
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -370,8 +370,13 @@ pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut 
         // SAFETY: as in `on_return`.
         return no_block(unsafe { (*((*ri).rp as *mut ReturnProbe)).event });
     }
-    // The function's words in the thread's block, numbered from 0.
-    let b = Block::from_word(words as usize);
+    add_call(Block::from_word(words as usize), started, now);
+}
+
+/// Adds a timed call, from its entry's reading `started` to its return's `now`, to the
+/// function's words `b` in the thread's block (numbered from 0).
+#[inline(always)]
+pub fn add_call(b: Block, started: u64, now: u64) {
     let ns = ((u128::from(now.saturating_sub(started)) * u128::from(NS_PER_TICK.load(Ordering::Relaxed))) >> 32) as u64;
     let calls = b.get(CALLS);
     b.set(CALLS, calls + 1);

@@ -9,7 +9,8 @@
 //!   it counts, checked against the events (pure); [`key`]: the parts of a `--by` key;
 //! - [`buckets`]: log2 and linear histogram buckets and their labels (pure);
 //! - [`blocks`]: the per-thread blocks of counters;
-//! - [`hit`]: the handlers (the hit path); [`stacks`]: stacks as keys, kept per thread;
+//! - [`hit`]: the handlers (the hit path); [`timed`]: timed calls without a register frame;
+//!   [`stacks`]: stacks as keys, kept per thread;
 //! - [`merge`]: the blocks added up, and one interval's share;
 //! - [`tables`], [`text`], [`json`]: what a report shows, as text or JSON lines (pure);
 //!   [`folded`]: stacks as folded lines and flame graphs; [`pprof`]: as a pprof profile;
@@ -47,3 +48,5 @@ pub mod split;
 pub mod stacks;
 pub mod tables;
 pub mod text;
+#[allow(unsafe_code)]
+pub mod timed;

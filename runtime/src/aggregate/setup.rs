@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use crate::aggregate::hit;
 use crate::aggregate::plan::{self, EventInfo};
 use crate::aggregate::request::Request;
-use crate::aggregate::{blocks, feed, report};
+use crate::aggregate::{blocks, feed, report, timed};
 use crate::base::spec::{Aggregate, Format};
 use crate::probe::registry;
 use crate::probe::stacks;
@@ -84,6 +84,7 @@ impl Frontend for Aggregator {
         hit::INTERVALS.store(plans.request.asked.interval_ns.is_some(), Ordering::Relaxed);
         if !plans.latencies.is_empty() {
             report::calibrate_start(CALIBRATION_NS);
+            timed::enable();
         }
         if plans.layout.stack_words != 0 {
             stacks::enable();

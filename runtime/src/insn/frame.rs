@@ -91,6 +91,36 @@ macro_rules! restore_pt_regs {
     };
 }
 
+/// Bytes `save_scratch!` pushes: the flags, the nine registers a call may change (%rax,
+/// %rcx, %rdx, %rsi, %rdi, %r8-%r11) and %rbx.
+pub const SCRATCH_SIZE: usize = 11 * 8;
+
+/// The small frame of the quick paths (`probe::quick`), which call a Rust function that
+/// touches no vector register: the flags and every general register the call may change are
+/// pushed, %rbx keeps the stack pointer (the function's first argument is free to point
+/// above it, [`SCRATCH_SIZE`] bytes up) and the stack is aligned for the call.
+macro_rules! save_scratch {
+    () => {
+        concat!(
+            "pushfq\n push rax\n push rcx\n push rdx\n push rsi\n push rdi\n",
+            "push r8\n push r9\n push r10\n push r11\n push rbx\n",
+            "mov rbx, rsp\n and rsp, -16\n cld\n",
+        )
+    };
+}
+
+/// The way back from [`save_scratch`], the flags as [`restore_pt_regs`] brings them back.
+macro_rules! restore_scratch {
+    () => {
+        concat!(
+            "mov rsp, rbx\n pop rbx\n pop r11\n pop r10\n pop r9\n pop r8\n",
+            "pop rdi\n pop rsi\n pop rdx\n pop rcx\n",
+            "mov al, byte ptr [rsp + 9]\n and al, 8\n shl al, 4\n add al, 0x80\n",
+            "mov ah, byte ptr [rsp + 8]\n sahf\n pop rax\n lea rsp, [rsp + 8]\n",
+        )
+    };
+}
+
 /// A trap-free entry point `$name`: after `$prologue`, saves a `struct pt_regs` (and the
 /// vector state, unless `$choose` leaves %r12d 0), calls
 /// `extern "C" fn $callee(&mut PtRegs, vectors_saved: bool) -> usize`, stores its result in
@@ -99,7 +129,7 @@ macro_rules! restore_pt_regs {
 /// or the epilogue name follow as `NAME = const VALUE`, then the functions and statics the
 /// `$choose` code names as `; NAME = sym PATH` (%rsp is aligned to 16 there).
 macro_rules! trap_free_entry {
-    ($name:literal, $prologue:literal, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)* $(; $sop:ident = sym $sval:path)*) => {
+    ($name:literal, $prologue:expr, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)* $(; $sop:ident = sym $sval:path)*) => {
         core::arch::global_asm!(
             concat!(".pushsection .text.", $name, ",\"ax\",@progbits"),
             concat!(".globl ", $name),
@@ -130,7 +160,9 @@ macro_rules! trap_free_entry {
 }
 
 pub(crate) use restore_pt_regs;
+pub(crate) use restore_scratch;
 pub(crate) use save_pt_regs;
+pub(crate) use save_scratch;
 pub(crate) use trap_free_entry;
 
 #[cfg(test)]

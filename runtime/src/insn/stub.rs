@@ -15,6 +15,11 @@
 //! whether it counts: the probe's (the counter's byte offset in a block, 0 when the probe's
 //! handlers must run) and the thread's, at a fixed offset from `%fs` (its block, 0 when it has
 //! none or must not count now); either 0 sends the hit to the stub's head, the common path.
+//!
+//! A stub may also have a **quick entry** ([`build_stub`]'s `quick`): the head's frame, a call
+//! through a second word after the code to a front-end's quick code instead of the common
+//! code, and a jump to the body. The quick code returns to that jump when it handled the hit,
+//! and goes on to the common code otherwise, with the frame the head would have built.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
@@ -24,7 +29,7 @@ use crate::insn::frame::STUB_FRAME;
 use crate::insn::jump::{JumpPlan, NoJump};
 
 /// Bytes reserved for one stub.
-pub const STUB_SIZE: usize = 176;
+pub const STUB_SIZE: usize = 256;
 
 /// Where the relocated instructions start in a stub (after `stub_head`).
 pub const BODY_OFFSET: usize = 31;
@@ -53,11 +58,21 @@ pub struct InlineCount {
     pub thread_word: i32,
 }
 
-/// A built stub: its bytes, and where its counting entry starts in them, if it has one.
+/// The entries a stub may have besides its head (each left out when it does not fit): a
+/// counting entry reading `count`'s words, a quick entry calling the code at `quick`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entries {
+    pub count: Option<InlineCount>,
+    pub quick: Option<u64>,
+}
+
+/// A built stub: its bytes, and where its counting and quick entries start in them, if it
+/// has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stub {
     pub code: Vec<u8>,
     pub count_entry: Option<usize>,
+    pub quick_entry: Option<usize>,
 }
 
 /// The counting entry at offset `at` of a stub whose body starts at `BODY_OFFSET`: counts
@@ -97,16 +112,28 @@ fn counting_entry(count: InlineCount, at: usize) -> Vec<u8> {
 /// pop %rcx; pop %rax; lea 0x80(%rsp),%rsp: what a counting entry leaves with.
 const RESTORE: [u8; 10] = [0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0];
 
+/// The quick entry at offset `at` of a stub: the head (its call's displacement patched by
+/// the caller) and a jump to the body.
+fn quick_entry(pp: u64, at: usize) -> Vec<u8> {
+    let mut c = stub_head(pp);
+    c.push(0xe9); // jmp body
+    let to_body = BODY_OFFSET as i64 - (at + c.len() + 4) as i64;
+    c.extend((to_body as i32).to_le_bytes());
+    c
+}
+
+/// Writes into `code` the displacement of the `call *disp32(%rip)` that ends at `call_end`,
+/// to the word at `word` (offsets in the stub).
+fn aim_call(code: &mut [u8], call_end: usize, word: usize) {
+    let disp = (word as i64 - call_end as i64) as i32;
+    code[call_end - 4..call_end].copy_from_slice(&disp.to_le_bytes());
+}
+
 /// The stub at `stub` with context word `pp`: head, relocated covered instructions, the jump
-/// back to the end of the patched bytes, a counting entry with `count` (left out when it does
-/// not fit), and the address of `common`.
-pub fn build_stub(
-    plan: &JumpPlan,
-    stub: u64,
-    pp: u64,
-    common: u64,
-    count: Option<InlineCount>,
-) -> Result<Stub, NoJump> {
+/// back to the end of the patched bytes, the `entries` that fit, and the address of `common`
+/// (then of the quick code).
+pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64, entries: Entries) -> Result<Stub, NoJump> {
+    let Entries { count, quick } = entries;
     let mut code = stub_head(pp);
     let body_ip = stub + code.len() as u64;
     let err = |e: iced_x86::IcedError| NoJump::Stub(e.to_string());
@@ -152,19 +179,27 @@ pub fn build_stub(
             code.extend(entry);
             at
         });
+    let quick_entry = quick
+        .map(|_| (code.len(), quick_entry(pp, code.len())))
+        .filter(|(at, entry)| (at + entry.len()).next_multiple_of(8) + 16 <= STUB_SIZE)
+        .map(|(at, entry)| {
+            code.extend(entry);
+            at
+        });
     while !code.len().is_multiple_of(8) {
         code.push(0xcc);
     }
-    let data = stub + code.len() as u64;
-    let call_end = stub + stub_head(pp).len() as u64;
-    let disp = (data as i64 - call_end as i64) as i32;
-    let at = stub_head(pp).len() - 4;
-    code[at..at + 4].copy_from_slice(&disp.to_le_bytes());
+    let data = code.len();
+    aim_call(&mut code, BODY_OFFSET, data);
     code.extend(common.to_le_bytes());
+    if let (Some(at), Some(quick)) = (quick_entry, quick) {
+        aim_call(&mut code, at + BODY_OFFSET, data + 8);
+        code.extend(quick.to_le_bytes());
+    }
     if code.len() > STUB_SIZE {
         return Err(NoJump::Stub(format!("{} bytes, more than a stub holds", code.len())));
     }
-    Ok(Stub { code, count_entry })
+    Ok(Stub { code, count_entry, quick_entry })
 }
 
 #[cfg(test)]
@@ -208,7 +243,7 @@ mod tests {
         let f = [0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3];
         let p = plan(&f, AT, &[]).unwrap();
         let stub = AT + 0x10_0000;
-        let code = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, None).unwrap().code;
+        let code = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, Entries::default()).unwrap().code;
         let head = stub_head(0x1234).len();
         let moved = decode_at(&code[head..], stub + head as u64).unwrap();
         assert_eq!(moved.ip_rel_memory_address(), AT + 6 + 0x100);
@@ -237,7 +272,8 @@ mod tests {
         let p = plan(&f, AT, &[]).unwrap();
         let stub = AT + 0x2000;
         let count = InlineCount { probe_word: 0x7f12_3456_7890, thread_word: -0x78 };
-        let built = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, Some(count)).unwrap();
+        let built =
+            build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, Entries { count: Some(count), quick: None }).unwrap();
         let at = built.count_entry.expect("a counting entry fits");
         assert!(built.code.len() <= STUB_SIZE && at > BODY_OFFSET);
         let insns = counting_insns(&built.code, stub, at);
@@ -263,8 +299,42 @@ mod tests {
         assert_eq!(insns[15].near_branch_target(), stub + BODY_OFFSET as u64);
         assert_eq!(insns[19].near_branch_target(), stub);
         // Without a counting entry the stub is as before (but where its data word lies).
-        let plain = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, None).unwrap();
+        let plain = build_stub(&p, stub, 0x1234, 0x7f00_0000_0000, Entries::default()).unwrap();
         assert_eq!(plain.count_entry, None);
+        assert_eq!(plain.code[..BODY_OFFSET - 4], built.code[..BODY_OFFSET - 4]);
+        assert_eq!(plain.code[BODY_OFFSET..at], built.code[BODY_OFFSET..at]);
+    }
+
+    #[test]
+    fn the_quick_entry_calls_through_its_own_word_and_goes_on_to_the_body() {
+        // push %rbp; mov %rsp,%rbp; ...
+        let f = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
+        let p = plan(&f, AT, &[]).unwrap();
+        let stub = AT + 0x2000;
+        let count = InlineCount { probe_word: 0x7f12_3456_7890, thread_word: -0x78 };
+        let (common, quick) = (0x7f00_0000_0000, 0x7f00_1234_5670);
+        let built = build_stub(&p, stub, 0x1234, common, Entries { count: Some(count), quick: Some(quick) }).unwrap();
+        let (count_at, at) = (built.count_entry.unwrap(), built.quick_entry.expect("a quick entry fits"));
+        assert!(built.code.len() <= STUB_SIZE && at > count_at);
+        let code = &built.code;
+        let mut decoder = Decoder::with_ip(64, &code[at..], stub + at as u64, DecoderOptions::NONE);
+        let insns: Vec<_> = (0..7).map(|_| decoder.decode()).collect();
+        // The head's frame, with the same context word.
+        assert_eq!(code[at..at + BODY_OFFSET - 4], code[..BODY_OFFSET - 4]);
+        let word = |call: &iced_x86::Instruction| {
+            let at = (call.ip_rel_memory_address() - stub) as usize;
+            u64::from_le_bytes(code[at..at + 8].try_into().unwrap())
+        };
+        assert_eq!(insns[5].mnemonic(), Mnemonic::Call);
+        assert_eq!(word(&insns[5]), quick);
+        assert_eq!(insns[6].mnemonic(), Mnemonic::Jmp);
+        assert_eq!(insns[6].near_branch_target(), stub + BODY_OFFSET as u64);
+        // The head still calls the common code.
+        let head = decode_at(&code[BODY_OFFSET - 6..], stub + BODY_OFFSET as u64 - 6).unwrap();
+        assert_eq!(word(&head), common);
+        // Without quick code, no quick entry, and the rest as before.
+        let plain = build_stub(&p, stub, 0x1234, common, Entries { count: Some(count), quick: None }).unwrap();
+        assert_eq!(plain.quick_entry, None);
         assert_eq!(plain.code[..BODY_OFFSET - 4], built.code[..BODY_OFFSET - 4]);
         assert_eq!(plain.code[BODY_OFFSET..at], built.code[BODY_OFFSET..at]);
     }
@@ -274,7 +344,7 @@ mod tests {
         let f = [0x53, 0xe8, 0x10, 0, 0, 0, 0xc3];
         let p = plan(&f, AT, &[]).unwrap();
         let stub = AT + 0x1000;
-        let code = build_stub(&p, stub, 1, 2, None).unwrap().code;
+        let code = build_stub(&p, stub, 1, 2, Entries::default()).unwrap().code;
         let head = stub_head(1).len();
         let mut decoder = Decoder::with_ip(64, &code[head..], stub + head as u64, DecoderOptions::NONE);
         let mnemonics: Vec<Mnemonic> = (0..5).map(|_| decoder.decode().mnemonic()).collect();

@@ -202,6 +202,7 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         vectors: AtomicBool::new(true),
         reads_xmm: AtomicBool::new(false),
         count_at: AtomicUsize::new(0),
+        quick: AtomicUsize::new(0),
         queued: AtomicBool::new(false),
         trap_unsafe,
         changed_reported: AtomicBool::new(false),
@@ -292,12 +293,11 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     if common == 0 {
         return Err(NoJump::Stub("no stub entry".into()));
     }
-    let count = table::counting_words(context);
-    let count_entry = core::cell::Cell::new(0);
+    let entries = core::cell::Cell::new((0, 0));
     let stub = slots
         .alloc_sized(addr, stub::STUB_SIZE, maps, |s| {
-            let built = stub::build_stub(plan, s as u64, context, common, count).ok()?;
-            count_entry.set(built.count_entry.map_or(0, |at| s + at));
+            let built = stub::build_stub(plan, s as u64, context, common, table::stub_entries(context)).ok()?;
+            entries.set((built.count_entry.map_or(0, |at| s + at), built.quick_entry.map_or(0, |at| s + at)));
             Some(built.code)
         })
         .map_err(|e| NoJump::Stub(e.to_string()))?;
@@ -305,7 +305,7 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     // SAFETY: the range is the function's first bytes and the padding checked after it, all
     // inside the executable mapping; no patch of this point is written yet.
     orig[..plan.patch_len].copy_from_slice(&unsafe { patch::read_code(addr, plan.patch_len) });
-    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub, count_entry: count_entry.get() })
+    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub, count_entry: entries.get().0, quick_entry: entries.get().1 })
 }
 
 /// Set while every other thread of the process is held stopped at a safe place (attach):

@@ -182,7 +182,7 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mu
         }
         st.arena_top = offset + size;
         let pp = pp as *const ProbePoint as usize;
-        st.push(Frame { rp, pp, slot, orig, instance: offset, size, list, vectors });
+        st.push(Frame { rp, pp, slot, orig, instance: offset, size, list, vectors, quick: false });
         // SAFETY: the slot holds this call's return address; the function has not run yet.
         unsafe { *(slot as *mut usize) = tramp };
     });
@@ -319,7 +319,9 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
     false
 }
 
-// The pushed 0 becomes the address to resume at. The vectors are saved where the return's
+// The pushed 0 becomes the address to resume at. A return first tries the quick path when a
+// front-end set one (`QUICK_RETURN`, asked with only the flags and the call-clobbered
+// registers saved), then builds the whole frame. The vectors are saved where the return's
 // record says its probe needs them (`return_vectors`), asked only once a vector-free return
 // probe was entered, and never while no registered return probe needs them. The way out is
 // an indirect jump, not a `ret`: the return that came here already took the caller's entry
@@ -328,15 +330,113 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
 // below the stack pointer, in the red zone, which signal delivery skips.
 crate::insn::frame::trap_free_entry!(
     "uprobe_ret_trampoline",
-    "push 0",
+    concat!(
+        "push 0\n push rcx\n mov rcx, qword ptr [rip + {quick}]\n jrcxz 84f\n pop rcx\n jmp 86f\n",
+        "84:\n pop rcx\n jmp 85f\n 86:\n",
+        crate::insn::frame::save_scratch!(),
+        "lea rdi, [rbx + {scratch} + 8]\n call qword ptr [rip + {quick}]\n test rax, rax\n jz 83f\n",
+        "mov qword ptr [rbx + {scratch}], rax\n",
+        crate::insn::frame::restore_scratch!(),
+        "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]\n",
+        "83:\n",
+        crate::insn::frame::restore_scratch!(),
+        "85:\n",
+    ),
     "xor r12d, r12d\n cmp qword ptr [rip + {needy}], 0\n je 77f\n mov r12d, 1\n\
      cmp byte ptr [rip + {free}], 0\n je 77f\n mov rdi, rbx\n call {choose}\n mov r12d, eax\n 77:",
     return_hit,
-    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]";
+    "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]",
+    scratch = const crate::insn::frame::SCRATCH_SIZE;
     choose = sym return_vectors;
     free = sym VECTOR_FREE_RETURNS;
-    needy = sym crate::probe::vectors::NEEDY_RETURNS
+    needy = sym crate::probe::vectors::NEEDY_RETURNS;
+    quick = sym QUICK_RETURN
 );
+
+/// A front-end's quick return (0: none), `extern "C" fn(caller_rsp: usize) -> usize`, called
+/// by the trampoline with the stack pointer the return left (the record's slot is just below)
+/// before it saves the registers: the address to resume at if it took the return (see
+/// [`quick_return`]), 0 to leave it to the common path. It may touch no vector register.
+pub static QUICK_RETURN: AtomicUsize = AtomicUsize::new(0);
+
+/// Hooks the return of the call whose return address is at `slot`, for return probe `rp` of
+/// point `pp` and consumer list `list`, as [`on_entry`] would with an entry handler, when
+/// that needs no look at the thread's other records: they are in order above `slot`, there
+/// is room, the call is no tail call of a hooked one. Returns the instance's 16 bytes of data,
+/// for the caller to write at once (in place of the entry handler), or None, with nothing
+/// done. The record is marked quick: its return may be taken by [`quick_return`].
+///
+/// # Safety
+/// As [`on_entry`] (thread busy, read-side section, `rp` registered in list `list`), and `rp`
+/// asked for 16 bytes of data.
+#[inline(always)]
+pub unsafe fn quick_entry(
+    t: &ThreadState,
+    rp: *mut Uretprobe,
+    pp: &ProbePoint,
+    list: u64,
+    slot: usize,
+) -> Option<*mut [u64; 2]> {
+    // SAFETY: at a function's first instruction %rsp points to the return address; the
+    // caller guarantees `rp` is valid.
+    let (orig, probe) = unsafe { (*(slot as *const usize), &*rp) };
+    let tramp = trampoline();
+    const SIZE: usize = (core::mem::size_of::<UretprobeInstance>() + 16 + 15) & !15;
+    let size = SIZE;
+    if orig == tramp {
+        return None;
+    }
+    // SAFETY: as in `with_stack` (the caller holds the busy mark); borrowed here only.
+    let st = unsafe { &mut *t.returns.get() };
+    if !st.room_in_order(slot, maxactive(probe), size) {
+        return None;
+    }
+    let offset = st.arena_top;
+    let ri = st.instance(offset);
+    // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena: the
+    // instance and its 16 bytes of data; word by word, as in `on_entry`.
+    unsafe {
+        core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
+        core::ptr::addr_of_mut!((*ri).ret_addr).write_volatile(orig as _);
+        core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
+        core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
+    }
+    st.arena_top = offset + size;
+    let pp = pp as *const ProbePoint as usize;
+    st.push(Frame { rp, pp, slot, orig, instance: offset, size, list, vectors: false, quick: true });
+    // SAFETY: the slot holds this call's return address; the function has not run yet.
+    unsafe { *(slot as *mut usize) = tramp };
+    Some((ri as usize + core::mem::size_of::<UretprobeInstance>()) as *mut [u64; 2])
+}
+
+/// The return leaving from `slot` when its record is the thread's newest, from a quick entry,
+/// the only one of its slot, and its probe's consumer list is still the entry's: calls
+/// `handler` with the probe and the instance's 16 bytes of data, takes the record out and
+/// gives the real return address; 0, with nothing done, otherwise.
+///
+/// # Safety
+/// The thread is busy, inside a read-side section.
+#[inline(always)]
+pub unsafe fn quick_return(t: &ThreadState, slot: usize, handler: impl FnOnce(*mut Uretprobe, [u64; 2])) -> usize {
+    // SAFETY: as in `with_stack` (the caller holds the busy mark); borrowed here only.
+    let st = unsafe { &mut *t.returns.get() };
+    let Some(i) = st.quick_top(slot) else { return 0 };
+    let f = st.frames[i];
+    // SAFETY: the probe point is never freed; its consumer list is valid in the caller's
+    // read-side section, and while it is the entry's, `rp` is registered.
+    unsafe {
+        let list = (*(f.pp as *const ProbePoint)).consumers.load(Ordering::SeqCst);
+        if list.is_null() || (*list).generation != f.list {
+            return 0;
+        }
+    }
+    let words = st.instance(f.instance) as usize + core::mem::size_of::<UretprobeInstance>();
+    // SAFETY: the record's instance and the 16 bytes of data its quick entry wrote.
+    let data = unsafe { [*(words as *const u64), *((words + 8) as *const u64)] };
+    handler(f.rp, data);
+    st.remove(i);
+    f.orig
+}
 
 /// Puts the real return addresses of this thread's hooked frames back on its stack (before
 /// code that reads return addresses runs).

@@ -37,10 +37,22 @@ pub struct Frame {
     /// Whether the probe's handlers need the vector registers saved (see
     /// `table::Consumer::needs_vectors`), read at the entry, while it was registered.
     pub vectors: bool,
+    /// Whether the entry was a quick one (`retprobe::quick_entry`): its return may be quick
+    /// too.
+    pub quick: bool,
 }
 
-const NO_FRAME: Frame =
-    Frame { rp: core::ptr::null_mut(), pp: 0, slot: 0, orig: 0, instance: 0, size: 0, list: 0, vectors: true };
+const NO_FRAME: Frame = Frame {
+    rp: core::ptr::null_mut(),
+    pp: 0,
+    slot: 0,
+    orig: 0,
+    instance: 0,
+    size: 0,
+    list: 0,
+    vectors: true,
+    quick: false,
+};
 
 /// A thread's pending returns (kept in its `thread::ThreadState`).
 pub struct ReturnStack {
@@ -124,7 +136,7 @@ impl ReturnStack {
     }
 
     /// Adds the record `f` on top (room checked by the caller).
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, f: Frame) {
         let d = self.depth;
         let mut below = d;
@@ -136,16 +148,43 @@ impl ReturnStack {
         } else if f.slot >= self.frames[below - 1].slot {
             self.ordered = false;
         }
+        // Field by field, each store on its own: merged, they would go through a vector
+        // register, which the quick entry (`retprobe::quick_entry`) runs without saving.
         let at = &mut self.frames[d];
-        at.rp = f.rp;
-        at.pp = f.pp;
-        at.slot = f.slot;
-        at.orig = f.orig;
-        at.instance = f.instance;
-        at.size = f.size;
-        at.list = f.list;
-        at.vectors = f.vectors;
+        // SAFETY: plain stores to the fields of a record of this stack, borrowed mutably.
+        unsafe {
+            core::ptr::addr_of_mut!(at.rp).write_volatile(f.rp);
+            core::ptr::addr_of_mut!(at.pp).write_volatile(f.pp);
+            core::ptr::addr_of_mut!(at.slot).write_volatile(f.slot);
+            core::ptr::addr_of_mut!(at.orig).write_volatile(f.orig);
+            core::ptr::addr_of_mut!(at.instance).write_volatile(f.instance);
+            core::ptr::addr_of_mut!(at.size).write_volatile(f.size);
+            core::ptr::addr_of_mut!(at.list).write_volatile(f.list);
+            core::ptr::addr_of_mut!(at.vectors).write_volatile(f.vectors);
+            core::ptr::addr_of_mut!(at.quick).write_volatile(f.quick);
+        }
         self.depth = d + 1;
+    }
+
+    /// Whether a call whose return address is at `slot` can be recorded without looking at the
+    /// other records: they are in order and all above `slot` (so [`Self::collect`] would
+    /// forget none), the thread has fewer than `limit` of them (nor can its probe), and the
+    /// arena has `size` bytes free.
+    #[inline(always)]
+    pub fn room_in_order(&self, slot: usize, limit: usize, size: usize) -> bool {
+        let d = self.depth;
+        let above = d == 0 || (self.ordered && !self.frames[d - 1].is_gone() && self.frames[d - 1].slot > slot);
+        above && d < limit.min(MAX_FRAMES) && self.arena_top + size <= ARENA_SIZE
+    }
+
+    /// The record of the return leaving from `slot` when it is the newest one, of a quick
+    /// entry, and the records are in order (so it is the only one of that slot, and no newer
+    /// record is left for [`Self::collect`] to forget).
+    #[inline(always)]
+    pub fn quick_top(&self, slot: usize) -> Option<usize> {
+        let d = self.depth;
+        let top = self.frames[..d].last()?;
+        (self.ordered && !top.is_gone() && top.quick && top.slot == slot).then_some(d - 1)
     }
 
     /// Takes record `i` out, and reclaims the space of removed records at the top.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
 use crate::insn::jump::NoJump;
-use crate::insn::stub::InlineCount;
+use crate::insn::stub::{Entries, InlineCount};
 use crate::probe::rcu;
 
 pub const INT3: u8 = 0xcc;
@@ -56,6 +56,11 @@ pub struct ProbePoint {
     /// (a byte offset, see `insn::stub::InlineCount`): set while the point's only consumer is
     /// a count that a front-end lets the stub make ([`INLINE_COUNT`]), 0 otherwise.
     pub count_at: AtomicUsize,
+    /// What the front-end's quick code needs to handle a hit through the stub's quick entry
+    /// (a word it chose, never 0): set while the point's only consumer is a return probe
+    /// that the front-end handles itself ([`QUICK_ENTRY`]), 0 before any other list is
+    /// published.
+    pub quick: AtomicUsize,
     /// Whether the point waits in an open placement batch for its bytes to be written.
     pub queued: AtomicBool,
     /// Where glibc runs this code with every signal blocked, if it does (`traps`): the point
@@ -73,26 +78,32 @@ pub struct JumpPrep {
     pub stub: usize,
     /// The stub's counting entry, or 0 where it has none.
     pub count_entry: usize,
+    /// The stub's quick entry, or 0 where it has none.
+    pub quick_entry: usize,
 }
 
 impl JumpPrep {
     /// Where the jump of point `pp` goes: the counting entry while the point counts in the
-    /// stub, the stub's head otherwise.
+    /// stub, the quick entry while its hits may be quick, the stub's head otherwise.
     pub fn target(&self, pp: &ProbePoint) -> usize {
         if self.count_entry != 0 && pp.count_at.load(Ordering::SeqCst) != 0 {
             self.count_entry
+        } else if self.quick_entry != 0 && pp.quick.load(Ordering::SeqCst) != 0 {
+            self.quick_entry
         } else {
             self.stub
         }
     }
 }
 
-/// What the counting entry of the stub of the point at `pp` reads: the point's word and the
-/// thread's, which a stub can find only where thread states lie at one offset from the
-/// thread pointer.
-pub fn counting_words(pp: u64) -> Option<InlineCount> {
+/// The entries the stub of the point at `pp` gets: a counting entry where a stub can find
+/// the thread's word (thread states lie at one offset from the thread pointer), reading that
+/// and the point's; a quick entry where a front-end has quick code ([`QUICK_ENTRY`]).
+pub fn stub_entries(pp: u64) -> Entries {
     let probe_word = pp + core::mem::offset_of!(ProbePoint, count_at) as u64;
-    crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word })
+    let count = crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word });
+    let quick = Some(QUICK_ENTRY.load(Ordering::Acquire) as u64).filter(|&q| q != 0);
+    Entries { count, quick }
 }
 
 /// What a probe object's [`Consumer::code_word`] holds when the code of its handlers was read
@@ -113,6 +124,26 @@ fn inline_count(probes: &[Consumer]) -> usize {
         [Consumer::Uprobe(u)] if hook != 0 => {
             // SAFETY: set only to such a function (see above), given a registered object.
             unsafe { core::mem::transmute::<usize, unsafe fn(*mut Uprobe) -> usize>(hook)(*u) }
+        }
+        _ => 0,
+    }
+}
+
+/// A front-end's quick entry (0: none): the address of code a stub's quick entry calls
+/// (`insn::stub`), which handles the hits of the points whose `quick` word is set, and
+/// `QUICK_ENTRY_FOR`, `unsafe fn(*mut Uretprobe) -> usize` (given a registered probe
+/// object), which gives that word for the return probes it handles, 0 for others. Set
+/// before the front-end's probes are placed.
+pub static QUICK_ENTRY: AtomicUsize = AtomicUsize::new(0);
+pub static QUICK_ENTRY_FOR: AtomicUsize = AtomicUsize::new(0);
+
+/// The quick word of a point with the consumers `probes` (see [`QUICK_ENTRY`]).
+fn quick(probes: &[Consumer]) -> usize {
+    let hook = QUICK_ENTRY_FOR.load(Ordering::Acquire);
+    match probes {
+        [Consumer::Uretprobe(rp)] if hook != 0 => {
+            // SAFETY: set only to such a function (see above), given a registered object.
+            unsafe { core::mem::transmute::<usize, unsafe fn(*mut Uretprobe) -> usize>(hook)(*rp) }
         }
         _ => 0,
     }
@@ -312,6 +343,10 @@ impl ProbePoint {
         if count_at == 0 {
             self.count_at.store(0, Ordering::SeqCst);
         }
+        let quick = quick(&probes);
+        if quick == 0 {
+            self.quick.store(0, Ordering::SeqCst);
+        }
         let new = if probes.is_empty() {
             core::ptr::null_mut()
         } else {
@@ -327,6 +362,9 @@ impl ProbePoint {
         }
         if count_at != 0 {
             self.count_at.store(count_at, Ordering::SeqCst);
+        }
+        if quick != 0 {
+            self.quick.store(quick, Ordering::SeqCst);
         }
         Retired(vec![old])
     }

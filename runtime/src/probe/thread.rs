@@ -381,6 +381,22 @@ impl ThreadState {
         }
     }
 
+    /// Sets or clears the `busy` mark of a thread that is otherwise not quiet (no `depth`, no
+    /// `entry`): [`Self::set_busy`] without looking at the other marks again.
+    #[inline(always)]
+    pub fn set_busy_alone(&self, busy: bool) {
+        use core::sync::atomic::compiler_fence;
+        if busy {
+            self.counting.set(0);
+            compiler_fence(Ordering::SeqCst);
+            self.busy.set(true);
+        } else {
+            self.busy.set(false);
+            compiler_fence(Ordering::SeqCst);
+            self.counting.set(self.count_block.get());
+        }
+    }
+
     /// Sets the `counting` word from the marks and `count_block` (see [`Self::change_marks`]).
     #[inline(always)]
     pub fn refresh_counting(&self) {
