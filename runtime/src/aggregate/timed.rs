@@ -1,14 +1,17 @@
 //! Timed calls without a register frame: the quick entry and return of `--latency`'s return
-//! probes. A timed function's jump goes to its stub's quick entry (`insn::stub`), which calls
-//! `timed_entry` with the flags and the call-clobbered registers saved, nothing more; the
-//! return trampoline calls `timed_return` the same way before it builds its frame
-//! (`probe::retprobe::QUICK_RETURN`). Each does what the generic path and the
-//! `latency_entry`/`latency_return` handlers (`hit`) do for a timed call with no filter and no
-//! key, on the same records (`probe::retprobe::quick_entry`): unwinders, `longjmp`, fork and
-//! detach find them as they find any. Whatever is not that plain case (a thread marked busy or
-//! with requests queued, a point with other consumers, a thread with no block yet, records out
-//! of order, a full stack, a tail call, a consumer list changed since the entry) goes on to
-//! the common path unchanged, as if the quick code had not run.
+//! probes. A timed function's jump goes to its stub's quick entry (`insn::stub`), which jumps
+//! to `uprobe_timed_entry` (below): it calls `timed_entry` with the flags and the
+//! call-clobbered registers saved, nothing more, and then calls the function through
+//! `uprobe_call_through` (`probe::retprobe`), so that the function's return into the
+//! trampoline is predicted; the trampoline calls `timed_return` the same way before it
+//! builds its frame (`probe::retprobe::QUICK_RETURN`) and leaves by `ret`. Each does what the
+//! generic path and the `latency_entry`/`latency_return` handlers (`hit`) do for a timed call
+//! with no filter and no key, on the same records (`probe::retprobe::quick_entry`):
+//! unwinders, `longjmp`, fork and detach find them as they find any. Whatever is not that
+//! plain case (a thread marked busy or with requests queued, a point with other consumers, a
+//! thread with no block yet, records out of order, a full stack, a tail call, a consumer list
+//! changed since the entry) goes on to the common path unchanged, as if the quick code had
+//! not run.
 //!
 //! Context: as `hit` (stub or trampoline context, the thread marked busy while the records
 //! change): no allocation, no lock, no system call, no libc (so errno stays), no atomic
@@ -20,6 +23,7 @@ use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::hit::{self, latency_entry, latency_return, LATENCY_DATA};
 use crate::aggregate::plan::{self, ENTERED};
 use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
+use crate::insn::stub::BODY_OFFSET;
 use crate::probe::table::{self, Consumer, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
 use crate::probe::{rcu, retprobe};
@@ -80,23 +84,34 @@ fn quick<R: Default>(f: impl FnOnce(&ThreadState) -> R) -> R {
     result
 }
 
+/// Where a quick entry goes on: to `to`, called through `uprobe_call_through` when
+/// `called` (the stub's relocated instructions: the call is timed), jumped to otherwise (the
+/// stub's head: the common path).
+#[repr(C)]
+struct Next {
+    to: usize,
+    called: usize,
+}
+
 /// The quick entry of a timed function at point `pp`, whose return address is at `slot`:
-/// 1 when it was counted and timed and its return hooked, 0 for the common path.
-extern "C" fn timed_entry(pp: &ProbePoint, slot: usize) -> u32 {
-    quick(|t| {
+/// counts and times the call and records its return, or leaves it to the common path.
+extern "C" fn timed_entry(pp: &ProbePoint, slot: usize) -> Next {
+    // Through a stub: the point has its jump.
+    let stub = pp.jump.as_ref().map_or(0, |j| j.stub);
+    let called = quick(|t| {
         let list = pp.consumers.load(Ordering::SeqCst);
         // The word after the list: set after a list it holds for, cleared before another.
         let at = pp.quick.load(Ordering::SeqCst);
         if list.is_null() || at == 0 {
-            return 0;
+            return false;
         }
         // SAFETY: published lists stay allocated until this read-side section ends.
         let list = unsafe { &*list };
-        let [Consumer::Uretprobe(rp)] = list.probes[..] else { return 0 };
-        let Some(b) = blocks::claimed() else { return 0 };
+        let [Consumer::Uretprobe(rp)] = list.probes[..] else { return false };
+        let Some(b) = blocks::claimed() else { return false };
         // SAFETY: thread busy, read-side section, `rp` registered in `list`, with 16 bytes
         // of data (`quick_for`); `slot` is the program's stack pointer at the entry.
-        let Some(data) = (unsafe { retprobe::quick_entry(t, rp, pp, list.generation, slot) }) else { return 0 };
+        let Some(data) = (unsafe { retprobe::quick_entry(t, rp, pp, list.generation, slot) }) else { return false };
         b.add(at + ENTERED, 1);
         let words = data.cast::<u64>();
         // SAFETY: the instance's data, 16 bytes, this thread's; one store each (a pair of
@@ -105,8 +120,12 @@ extern "C" fn timed_entry(pp: &ProbePoint, slot: usize) -> u32 {
             words.write_volatile(clock::ticks());
             words.add(1).write_volatile(b.address_of(at) as u64);
         }
-        1
-    })
+        true
+    });
+    match called {
+        true => Next { to: stub + BODY_OFFSET, called: 1 },
+        false => Next { to: stub, called: 0 },
+    }
 }
 
 /// The quick return of a timed call, to the stack pointer `caller_rsp`: the address to
@@ -122,10 +141,12 @@ extern "C" fn timed_return(caller_rsp: usize) -> usize {
     })
 }
 
-// The stub's quick entry calls this with the head's frame: the address to resume at (the
-// stub's jump to its body), the point, the red zone, then the program's stack. Handled, it
-// returns there and drops the rest as the common code does; otherwise the common code runs
-// on the frame as it was.
+// The stub's quick entry jumps here with the head's frame: the point's word, the red zone,
+// then the program's stack, the return address on top. A timed call is called through
+// `uprobe_call_through` (see `probe::retprobe`), with the return address dropped and the
+// stub's relocated instructions 16 bytes below the stack pointer; any other goes to the
+// stub's head, with the stack as at the probe. Both addresses are left below the program's
+// stack pointer, in the red zone, which signal delivery skips.
 core::arch::global_asm!(
     ".pushsection .text.uprobe_timed_entry,\"ax\",@progbits",
     ".globl uprobe_timed_entry",
@@ -134,16 +155,23 @@ core::arch::global_asm!(
     ".p2align 4",
     "uprobe_timed_entry:",
     crate::insn::frame::save_scratch!(),
-    "mov rdi, qword ptr [rbx + {scratch} + 8]",
-    "lea rsi, [rbx + {scratch} + 8 + {stub_frame}]",
+    "mov rdi, qword ptr [rbx + {scratch}]",
+    "lea rsi, [rbx + {scratch} + {stub_frame}]",
     "call {entry}",
-    "test eax, eax",
+    "mov qword ptr [rbx + {scratch}], rax",
+    "test edx, edx",
     "jz 81f",
     crate::insn::frame::restore_scratch!(),
-    "ret {stub_frame}",
+    "push qword ptr [rsp]",
+    "pop qword ptr [rsp + {stub_frame} - 8]",
+    "lea rsp, [rsp + {stub_frame} + 8]",
+    "jmp uprobe_call_through",
     "81:",
     crate::insn::frame::restore_scratch!(),
-    "jmp uprobe_jump_common",
+    "push qword ptr [rsp]",
+    "pop qword ptr [rsp + {stub_frame} - 8]",
+    "lea rsp, [rsp + {stub_frame}]",
+    "jmp qword ptr [rsp - 8]",
     ".size uprobe_timed_entry, . - uprobe_timed_entry",
     ".popsection",
     entry = sym timed_entry,

@@ -121,7 +121,8 @@ macro_rules! restore_scratch {
     };
 }
 
-/// A trap-free entry point `$name`: after `$prologue`, saves a `struct pt_regs` (and the
+/// A trap-free entry point `$name` (after the code `$before`, which runs into it): after
+/// `$prologue`, saves a `struct pt_regs` (and the
 /// vector state, unless `$choose` leaves %r12d 0), calls
 /// `extern "C" fn $callee(&mut PtRegs, vectors_saved: bool) -> usize`, stores its result in
 /// the [`RESUME_SLOT`], restores everything and leaves with `$epilogue`, which finds the
@@ -129,13 +130,14 @@ macro_rules! restore_scratch {
 /// or the epilogue name follow as `NAME = const VALUE`, then the functions and statics the
 /// `$choose` code names as `; NAME = sym PATH` (%rsp is aligned to 16 there).
 macro_rules! trap_free_entry {
-    ($name:literal, $prologue:expr, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)* $(; $sop:ident = sym $sval:path)*) => {
+    ($before:expr, $name:literal, $prologue:expr, $choose:literal, $callee:path, $epilogue:literal $(, $op:ident = const $val:expr)* $(; $sop:ident = sym $sval:path)*) => {
         core::arch::global_asm!(
             concat!(".pushsection .text.", $name, ",\"ax\",@progbits"),
             concat!(".globl ", $name),
             concat!(".hidden ", $name),
             concat!(".type ", $name, ",@function"),
             ".p2align 4",
+            $before,
             concat!($name, ":"),
             $prologue,
             $crate::insn::frame::save_pt_regs!($choose),

@@ -16,10 +16,10 @@
 //! handlers must run) and the thread's, at a fixed offset from `%fs` (its block, 0 when it has
 //! none or must not count now); either 0 sends the hit to the stub's head, the common path.
 //!
-//! A stub may also have a **quick entry** ([`build_stub`]'s `quick`): the head's frame, a call
-//! through a second word after the code to a front-end's quick code instead of the common
-//! code, and a jump to the body. The quick code returns to that jump when it handled the hit,
-//! and goes on to the common code otherwise, with the frame the head would have built.
+//! A stub may also have a **quick entry** ([`Entries`]'s `quick`): the head's frame (the red
+//! zone stepped over, the context word) but no address to resume at, and a jump through a
+//! second word after the code to a front-end's quick code instead of the common code. That
+//! code goes on to the body, or to the stub's head, itself.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
@@ -112,18 +112,17 @@ fn counting_entry(count: InlineCount, at: usize) -> Vec<u8> {
 /// pop %rcx; pop %rax; lea 0x80(%rsp),%rsp: what a counting entry leaves with.
 const RESTORE: [u8; 10] = [0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0];
 
-/// The quick entry at offset `at` of a stub: the head (its call's displacement patched by
-/// the caller) and a jump to the body.
-fn quick_entry(pp: u64, at: usize) -> Vec<u8> {
+/// The quick entry of a stub: the head with its `call *disp32(%rip)` made a
+/// `jmp *disp32(%rip)` (its displacement patched by the caller, as the head's).
+fn quick_entry(pp: u64) -> Vec<u8> {
     let mut c = stub_head(pp);
-    c.push(0xe9); // jmp body
-    let to_body = BODY_OFFSET as i64 - (at + c.len() + 4) as i64;
-    c.extend((to_body as i32).to_le_bytes());
+    let at = c.len() - 5;
+    c[at] = 0x25; // ff 15: call; ff 25: jmp
     c
 }
 
-/// Writes into `code` the displacement of the `call *disp32(%rip)` that ends at `call_end`,
-/// to the word at `word` (offsets in the stub).
+/// Writes into `code` the displacement of the `call`/`jmp *disp32(%rip)` that ends at
+/// `call_end`, to the word at `word` (offsets in the stub).
 fn aim_call(code: &mut [u8], call_end: usize, word: usize) {
     let disp = (word as i64 - call_end as i64) as i32;
     code[call_end - 4..call_end].copy_from_slice(&disp.to_le_bytes());
@@ -180,7 +179,7 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64, entries: Ent
             at
         });
     let quick_entry = quick
-        .map(|_| (code.len(), quick_entry(pp, code.len())))
+        .map(|_| (code.len(), quick_entry(pp)))
         .filter(|(at, entry)| (at + entry.len()).next_multiple_of(8) + 16 <= STUB_SIZE)
         .map(|(at, entry)| {
             code.extend(entry);
@@ -306,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn the_quick_entry_calls_through_its_own_word_and_goes_on_to_the_body() {
+    fn the_quick_entry_builds_the_heads_frame_and_jumps_through_its_own_word() {
         // push %rbp; mov %rsp,%rbp; ...
         let f = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
         let p = plan(&f, AT, &[]).unwrap();
@@ -318,19 +317,18 @@ mod tests {
         assert!(built.code.len() <= STUB_SIZE && at > count_at);
         let code = &built.code;
         let mut decoder = Decoder::with_ip(64, &code[at..], stub + at as u64, DecoderOptions::NONE);
-        let insns: Vec<_> = (0..7).map(|_| decoder.decode()).collect();
-        // The head's frame, with the same context word.
-        assert_eq!(code[at..at + BODY_OFFSET - 4], code[..BODY_OFFSET - 4]);
-        let word = |call: &iced_x86::Instruction| {
-            let at = (call.ip_rel_memory_address() - stub) as usize;
+        let insns: Vec<_> = (0..6).map(|_| decoder.decode()).collect();
+        // The head's frame, with the same context word, and no address to resume at.
+        assert_eq!(code[at..at + BODY_OFFSET - 6], code[..BODY_OFFSET - 6]);
+        let word = |insn: &iced_x86::Instruction| {
+            let at = (insn.ip_rel_memory_address() - stub) as usize;
             u64::from_le_bytes(code[at..at + 8].try_into().unwrap())
         };
-        assert_eq!(insns[5].mnemonic(), Mnemonic::Call);
+        assert_eq!(insns[5].flow_control(), FlowControl::IndirectBranch);
         assert_eq!(word(&insns[5]), quick);
-        assert_eq!(insns[6].mnemonic(), Mnemonic::Jmp);
-        assert_eq!(insns[6].near_branch_target(), stub + BODY_OFFSET as u64);
         // The head still calls the common code.
         let head = decode_at(&code[BODY_OFFSET - 6..], stub + BODY_OFFSET as u64 - 6).unwrap();
+        assert_eq!(head.flow_control(), FlowControl::IndirectCall);
         assert_eq!(word(&head), common);
         // Without quick code, no quick entry, and the rest as before.
         let plain = build_stub(&p, stub, 0x1234, common, Entries { count: Some(count), quick: None }).unwrap();

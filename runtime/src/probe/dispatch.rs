@@ -353,6 +353,7 @@ extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
 // To the resume address; drops the context word and the red zone.
 // The vectors are saved where the probe point says its consumers need them.
 frame::trap_free_entry!(
+    "",
     "uprobe_jump_common",
     "",
     "mov rax, qword ptr [rbx + {context_slot}]\n movzx r12d, byte ptr [rax + {pp_vectors}]",

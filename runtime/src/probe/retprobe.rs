@@ -319,16 +319,27 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
     false
 }
 
+// `uprobe_call_through` (a quick entry's way into its function, see `quick_entry`) calls
+// the address 16 bytes below the stack pointer: the return address it pushes is the
+// trampoline's, and the return-stack buffer holds it, so the function's `ret` to the
+// trampoline is predicted, and the caller's entry is still there for the way out.
 // The pushed 0 becomes the address to resume at. A return first tries the quick path when a
 // front-end set one (`QUICK_RETURN`, asked with only the flags and the call-clobbered
 // registers saved), then builds the whole frame. The vectors are saved where the return's
 // record says its probe needs them (`return_vectors`), asked only once a vector-free return
-// probe was entered, and never while no registered return probe needs them. The way out is
-// an indirect jump, not a `ret`: the return that came here already took the caller's entry
-// of the return-stack buffer, and a second `ret` would take (and mispredict) its caller's,
-// leaving every later return of the program one entry off. The resume address is read just
-// below the stack pointer, in the red zone, which signal delivery skips.
+// probe was entered, and never while no registered return probe needs them. The common way
+// out is an indirect jump, not a `ret`: a return hooked by writing the trampoline's address
+// already took the caller's entry of the return-stack buffer, and a second `ret` would take
+// (and mispredict) its caller's, leaving every later return of the program one entry off.
+// The quick way out serves only calls made through `uprobe_call_through`, whose caller's
+// entry is still there: it leaves by `ret`. The resume address is read just below the stack
+// pointer, in the red zone, which signal delivery skips.
 crate::insn::frame::trap_free_entry!(
+    concat!(
+        ".globl uprobe_call_through\n .hidden uprobe_call_through\n",
+        ".type uprobe_call_through,@function\n uprobe_call_through:\n call qword ptr [rsp - 16]\n",
+        ".size uprobe_call_through, . - uprobe_call_through\n",
+    ),
     "uprobe_ret_trampoline",
     concat!(
         "push 0\n push rcx\n mov rcx, qword ptr [rip + {quick}]\n jrcxz 84f\n pop rcx\n jmp 86f\n",
@@ -337,7 +348,7 @@ crate::insn::frame::trap_free_entry!(
         "lea rdi, [rbx + {scratch} + 8]\n call qword ptr [rip + {quick}]\n test rax, rax\n jz 83f\n",
         "mov qword ptr [rbx + {scratch}], rax\n",
         crate::insn::frame::restore_scratch!(),
-        "lea rsp, [rsp + 8]\n jmp qword ptr [rsp - 8]\n",
+        "ret\n",
         "83:\n",
         crate::insn::frame::restore_scratch!(),
         "85:\n",
@@ -359,12 +370,17 @@ crate::insn::frame::trap_free_entry!(
 /// [`quick_return`]), 0 to leave it to the common path. It may touch no vector register.
 pub static QUICK_RETURN: AtomicUsize = AtomicUsize::new(0);
 
-/// Hooks the return of the call whose return address is at `slot`, for return probe `rp` of
-/// point `pp` and consumer list `list`, as [`on_entry`] would with an entry handler, when
-/// that needs no look at the thread's other records: they are in order above `slot`, there
-/// is room, the call is no tail call of a hooked one. Returns the instance's 16 bytes of data,
-/// for the caller to write at once (in place of the entry handler), or None, with nothing
-/// done. The record is marked quick: its return may be taken by [`quick_return`].
+/// Records the call whose return address is at `slot`, for return probe `rp` of point `pp`
+/// and consumer list `list`, as [`on_entry`] would with an entry handler, when that needs no
+/// look at the thread's other records: they are in order above `slot`, there is room, the
+/// call is no tail call of a hooked one. Returns the instance's 16 bytes of data, for the
+/// caller to write at once (in place of the entry handler), or None, with nothing done.
+///
+/// The return address is left in place: the caller's code calls the function through
+/// `uprobe_call_through` (below) with the stack pointer just above it, which
+/// puts the trampoline's address there. Until then the slot holds the real one, which
+/// unwinders and [`ReturnStack::collect`] accept as well. The record is marked quick: its
+/// return may be taken by [`quick_return`], and leaves by `ret`.
 ///
 /// # Safety
 /// As [`on_entry`] (thread busy, read-side section, `rp` registered in list `list`), and `rp`
@@ -380,15 +396,13 @@ pub unsafe fn quick_entry(
     // SAFETY: at a function's first instruction %rsp points to the return address; the
     // caller guarantees `rp` is valid.
     let (orig, probe) = unsafe { (*(slot as *const usize), &*rp) };
-    let tramp = trampoline();
     const SIZE: usize = (core::mem::size_of::<UretprobeInstance>() + 16 + 15) & !15;
-    let size = SIZE;
-    if orig == tramp {
+    if orig == trampoline() {
         return None;
     }
     // SAFETY: as in `with_stack` (the caller holds the busy mark); borrowed here only.
     let st = unsafe { &mut *t.returns.get() };
-    if !st.room_in_order(slot, maxactive(probe), size) {
+    if !st.room_in_order(slot, maxactive(probe), SIZE) {
         return None;
     }
     let offset = st.arena_top;
@@ -401,11 +415,9 @@ pub unsafe fn quick_entry(
         core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
         core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
     }
-    st.arena_top = offset + size;
+    st.arena_top = offset + SIZE;
     let pp = pp as *const ProbePoint as usize;
-    st.push(Frame { rp, pp, slot, orig, instance: offset, size, list, vectors: false, quick: true });
-    // SAFETY: the slot holds this call's return address; the function has not run yet.
-    unsafe { *(slot as *mut usize) = tramp };
+    st.push(Frame { rp, pp, slot, orig, instance: offset, size: SIZE, list, vectors: false, quick: true });
     Some((ri as usize + core::mem::size_of::<UretprobeInstance>()) as *mut [u64; 2])
 }
 
