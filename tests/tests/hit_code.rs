@@ -135,6 +135,7 @@ fn the_hit_paths_and_the_runtimes_own_handlers_touch_no_vector_register() {
         "9aggregate5timed11timed_entry17h",
         "9aggregate5timed12timed_return17h",
         "5trace6record8on_entry17h",
+        "5trace5quick9event_hit17h",
         "5trace6record9on_return17h",
     ] {
         let (functions, problems) = walk(&data, start);

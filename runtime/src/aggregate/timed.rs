@@ -22,7 +22,7 @@ use core::sync::atomic::Ordering;
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::hit::{self, latency_entry, latency_return, LATENCY_DATA};
 use crate::aggregate::plan::{self, ENTERED};
-use crate::base::abi::{PtRegs, Uretprobe, UretprobeInstance};
+use crate::base::abi::{PtRegs, UretprobeInstance};
 use crate::insn::stub::BODY_OFFSET;
 use crate::probe::table::{self, Consumer, ProbePoint};
 use crate::probe::thread::{self, ThreadState};
@@ -33,8 +33,9 @@ use crate::trace::events::ReturnProbe;
 /// Sends the hits of `--latency`'s return probes to the quick paths (start-up, before any
 /// of them is placed).
 pub fn enable() {
-    let for_probe: unsafe fn(*mut Uretprobe) -> usize = quick_for;
+    let for_probe: unsafe fn(Consumer) -> usize = quick_for;
     table::QUICK_ENTRY_FOR.store(for_probe as usize, Ordering::Release);
+    table::QUICK_CALLS.store(false, Ordering::Release);
     let ret: extern "C" fn(usize) -> usize = timed_return;
     retprobe::QUICK_RETURN.store(ret as usize, Ordering::Release);
     extern "C" {
@@ -43,13 +44,14 @@ pub fn enable() {
     table::QUICK_ENTRY.store(uprobe_timed_entry as *const () as usize, Ordering::Release);
 }
 
-/// Where the numbers of `rp`'s function lie in a thread's block (their first word, never 0)
-/// when `rp` is a timed call's probe with the handlers the quick paths stand in for, and its
+/// Where the numbers of `c`'s function lie in a thread's block (their first word, never 0)
+/// when `c` is a timed call's probe with the handlers the quick paths stand in for, and its
 /// calls are neither filtered nor split by a key; 0 otherwise (the point's quick word).
 ///
 /// # Safety
-/// `rp` is a registered probe object.
-unsafe fn quick_for(rp: *mut Uretprobe) -> usize {
+/// `c` is a registered probe.
+unsafe fn quick_for(c: Consumer) -> usize {
+    let Consumer::Uretprobe(rp) = c else { return 0 };
     let entry: unsafe extern "C" fn(*mut UretprobeInstance, *mut PtRegs) -> core::ffi::c_int = latency_entry;
     let ret: unsafe extern "C" fn(*mut UretprobeInstance, *mut PtRegs) = latency_return;
     // SAFETY: a registered probe object (the caller), valid while registered (C ABI).

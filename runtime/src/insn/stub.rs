@@ -17,9 +17,10 @@
 //! none or must not count now); either 0 sends the hit to the stub's head, the common path.
 //!
 //! A stub may also have a **quick entry** ([`Entries`]'s `quick`): the head's frame (the red
-//! zone stepped over, the context word) but no address to resume at, and a jump through a
-//! second word after the code to a front-end's quick code instead of the common code. That
-//! code goes on to the body, or to the stub's head, itself.
+//! zone stepped over, the context word) and a call through a second word after the code to a
+//! front-end's quick code instead of the common code, which returns to the body as the
+//! common code does; or the same with a jump instead of the call (no address to resume at),
+//! for quick code that goes on to the body, or to the stub's head, itself.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, FlowControl, Instruction, InstructionBlock, MemoryOperand, Register,
@@ -59,11 +60,19 @@ pub struct InlineCount {
 }
 
 /// The entries a stub may have besides its head (each left out when it does not fit): a
-/// counting entry reading `count`'s words, a quick entry calling the code at `quick`.
+/// counting entry reading `count`'s words, a quick entry going to quick code.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Entries {
     pub count: Option<InlineCount>,
-    pub quick: Option<u64>,
+    pub quick: Option<Quick>,
+}
+
+/// Where a stub's quick entry goes: the address of the quick code, called (the head's way)
+/// or jumped to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quick {
+    pub code: u64,
+    pub call: bool,
 }
 
 /// A built stub: its bytes, and where its counting and quick entries start in them, if it
@@ -112,12 +121,19 @@ fn counting_entry(count: InlineCount, at: usize) -> Vec<u8> {
 /// pop %rcx; pop %rax; lea 0x80(%rsp),%rsp: what a counting entry leaves with.
 const RESTORE: [u8; 10] = [0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0];
 
-/// The quick entry of a stub: the head with its `call *disp32(%rip)` made a
-/// `jmp *disp32(%rip)` (its displacement patched by the caller, as the head's).
-fn quick_entry(pp: u64) -> Vec<u8> {
+/// The quick entry of a stub: the head, its `call *disp32(%rip)` made a `jmp *disp32(%rip)`
+/// unless `call` (the displacement patched by the caller, as the head's), then with a call a
+/// jump to the body, where the call returns.
+fn quick_entry(pp: u64, call: bool, at: usize) -> Vec<u8> {
     let mut c = stub_head(pp);
-    let at = c.len() - 5;
-    c[at] = 0x25; // ff 15: call; ff 25: jmp
+    if call {
+        c.push(0xe9); // jmp body
+        let to_body = BODY_OFFSET as i64 - (at + c.len() + 4) as i64;
+        c.extend((to_body as i32).to_le_bytes());
+    } else {
+        let at = c.len() - 5;
+        c[at] = 0x25; // ff 15: call; ff 25: jmp
+    }
     c
 }
 
@@ -179,7 +195,7 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64, entries: Ent
             at
         });
     let quick_entry = quick
-        .map(|_| (code.len(), quick_entry(pp)))
+        .map(|q| (code.len(), quick_entry(pp, q.call, code.len())))
         .filter(|(at, entry)| (at + entry.len()).next_multiple_of(8) + 16 <= STUB_SIZE)
         .map(|(at, entry)| {
             code.extend(entry);
@@ -193,7 +209,7 @@ pub fn build_stub(plan: &JumpPlan, stub: u64, pp: u64, common: u64, entries: Ent
     code.extend(common.to_le_bytes());
     if let (Some(at), Some(quick)) = (quick_entry, quick) {
         aim_call(&mut code, at + BODY_OFFSET, data + 8);
-        code.extend(quick.to_le_bytes());
+        code.extend(quick.code.to_le_bytes());
     }
     if code.len() > STUB_SIZE {
         return Err(NoJump::Stub(format!("{} bytes, more than a stub holds", code.len())));
@@ -312,7 +328,8 @@ mod tests {
         let stub = AT + 0x2000;
         let count = InlineCount { probe_word: 0x7f12_3456_7890, thread_word: -0x78 };
         let (common, quick) = (0x7f00_0000_0000, 0x7f00_1234_5670);
-        let built = build_stub(&p, stub, 0x1234, common, Entries { count: Some(count), quick: Some(quick) }).unwrap();
+        let entries = Entries { count: Some(count), quick: Some(Quick { code: quick, call: false }) };
+        let built = build_stub(&p, stub, 0x1234, common, entries).unwrap();
         let (count_at, at) = (built.count_entry.unwrap(), built.quick_entry.expect("a quick entry fits"));
         assert!(built.code.len() <= STUB_SIZE && at > count_at);
         let code = &built.code;
@@ -335,6 +352,21 @@ mod tests {
         assert_eq!(plain.quick_entry, None);
         assert_eq!(plain.code[..BODY_OFFSET - 4], built.code[..BODY_OFFSET - 4]);
         assert_eq!(plain.code[BODY_OFFSET..at], built.code[BODY_OFFSET..at]);
+        // A quick entry that calls: the head itself, then a jump to the body.
+        let entries = Entries { count: None, quick: Some(Quick { code: quick, call: true }) };
+        let called = build_stub(&p, stub, 0x1234, common, entries).unwrap();
+        let at = called.quick_entry.unwrap();
+        let code = &called.code;
+        let word = |insn: &iced_x86::Instruction| {
+            let at = (insn.ip_rel_memory_address() - stub) as usize;
+            u64::from_le_bytes(code[at..at + 8].try_into().unwrap())
+        };
+        let mut decoder = Decoder::with_ip(64, &code[at..], stub + at as u64, DecoderOptions::NONE);
+        let insns: Vec<_> = (0..7).map(|_| decoder.decode()).collect();
+        assert_eq!(code[at..at + BODY_OFFSET - 6], code[..BODY_OFFSET - 6]);
+        assert_eq!(insns[5].flow_control(), FlowControl::IndirectCall);
+        assert_eq!(word(&insns[5]), quick);
+        assert_eq!(insns[6].near_branch_target(), stub + BODY_OFFSET as u64);
     }
 
     #[test]

@@ -335,8 +335,9 @@ fn run_consumer(pp: &ProbePoint, list: u64, consumer: Consumer, regs: &mut PtReg
 /// Called by the common stub code with the registers it saved (the vector registers too if
 /// `vectors_saved`); runs the handlers of the probe point and gives the address to resume at
 /// (normal context). Nothing this reaches touches a vector register unless they were saved,
-/// or through `vector::saving_vectors` (the `hit_code` test reads the built code).
-extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
+/// or through `vector::saving_vectors` (the `hit_code` test reads the built code). A
+/// front-end's quick code (`trace::quick`) calls it too, on the same frame.
+pub(crate) extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
     let area = regs as *mut PtRegs as usize;
     let word = |offset: usize| {
         // SAFETY: the stub left its return address and the probe point's address above the

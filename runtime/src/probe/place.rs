@@ -289,15 +289,13 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     if plan.patch_len > MAX_PATCH {
         return Err(NoJump::TooShort { len: plan.patch_len as u64 });
     }
-    let common = JUMP_ENTRY.load(Ordering::Relaxed);
-    if common == 0 {
-        return Err(NoJump::Stub("no stub entry".into()));
-    }
-    let entries = core::cell::Cell::new((0, 0));
+    let common = Some(JUMP_ENTRY.load(Ordering::Relaxed)).filter(|&c| c != 0);
+    let common = common.ok_or_else(|| NoJump::Stub("no stub entry".into()))?;
+    let (entries, at) = (table::stub_entries(context), core::cell::Cell::new((0, 0)));
     let stub = slots
         .alloc_sized(addr, stub::STUB_SIZE, maps, |s| {
-            let built = stub::build_stub(plan, s as u64, context, common, table::stub_entries(context)).ok()?;
-            entries.set((built.count_entry.map_or(0, |at| s + at), built.quick_entry.map_or(0, |at| s + at)));
+            let built = stub::build_stub(plan, s as u64, context, common, entries).ok()?;
+            at.set((built.count_entry.map_or(0, |e| s + e), built.quick_entry.map_or(0, |e| s + e)));
             Some(built.code)
         })
         .map_err(|e| NoJump::Stub(e.to_string()))?;
@@ -305,7 +303,9 @@ fn prepare_jump(plan: &JumpPlan, slots: &mut Slots, maps: &[Mapping], context: u
     // SAFETY: the range is the function's first bytes and the padding checked after it, all
     // inside the executable mapping; no patch of this point is written yet.
     orig[..plan.patch_len].copy_from_slice(&unsafe { patch::read_code(addr, plan.patch_len) });
-    Ok(JumpPrep { patch_len: plan.patch_len, orig, stub, count_entry: entries.get().0, quick_entry: entries.get().1 })
+    let ((count_entry, quick_entry), patch_len) = (at.get(), plan.patch_len);
+    let quick_code = entries.quick.filter(|_| quick_entry != 0).map_or(0, |q| q.code as usize);
+    Ok(JumpPrep { patch_len, orig, stub, count_entry, quick_entry, quick_code })
 }
 
 /// Set while every other thread of the process is held stopped at a safe place (attach):

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 use crate::base::abi::{Uprobe, Uretprobe};
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
 use crate::insn::jump::NoJump;
-use crate::insn::stub::{Entries, InlineCount};
+use crate::insn::stub::{Entries, InlineCount, Quick};
 use crate::probe::rcu;
 
 pub const INT3: u8 = 0xcc;
@@ -78,8 +78,9 @@ pub struct JumpPrep {
     pub stub: usize,
     /// The stub's counting entry, or 0 where it has none.
     pub count_entry: usize,
-    /// The stub's quick entry, or 0 where it has none.
+    /// The stub's quick entry, or 0 where it has none, and the quick code it goes to.
     pub quick_entry: usize,
+    pub quick_code: usize,
 }
 
 impl JumpPrep {
@@ -102,7 +103,8 @@ impl JumpPrep {
 pub fn stub_entries(pp: u64) -> Entries {
     let probe_word = pp + core::mem::offset_of!(ProbePoint, count_at) as u64;
     let count = crate::probe::thread::counting_offset().map(|thread_word| InlineCount { probe_word, thread_word });
-    let quick = Some(QUICK_ENTRY.load(Ordering::Acquire) as u64).filter(|&q| q != 0);
+    let code = QUICK_ENTRY.load(Ordering::Acquire) as u64;
+    let quick = (code != 0).then(|| Quick { code, call: QUICK_CALLS.load(Ordering::Acquire) });
     Entries { count, quick }
 }
 
@@ -129,23 +131,29 @@ fn inline_count(probes: &[Consumer]) -> usize {
     }
 }
 
-/// A front-end's quick entry (0: none): the address of code a stub's quick entry calls
-/// (`insn::stub`), which handles the hits of the points whose `quick` word is set, and
-/// `QUICK_ENTRY_FOR`, `unsafe fn(*mut Uretprobe) -> usize` (given a registered probe
-/// object), which gives that word for the return probes it handles, 0 for others. Set
-/// before the front-end's probes are placed.
+/// A front-end's quick code (0: none): the address a stub's quick entry goes to
+/// (`insn::stub`), called when `QUICK_CALLS` (as the stub's head calls the common code),
+/// jumped to otherwise, which handles the hits of the points whose `quick` word is set; and
+/// `QUICK_ENTRY_FOR`, `unsafe fn(Consumer) -> usize` (given a registered probe), which gives
+/// that word for a point whose only consumer is one it handles, 0 for others. Set before the
+/// front-end's probes are placed; a stub keeps the code it was built with, and a point's word
+/// is set only while that is the front-end's.
 pub static QUICK_ENTRY: AtomicUsize = AtomicUsize::new(0);
+pub static QUICK_CALLS: AtomicBool = AtomicBool::new(false);
 pub static QUICK_ENTRY_FOR: AtomicUsize = AtomicUsize::new(0);
 
-/// The quick word of a point with the consumers `probes` (see [`QUICK_ENTRY`]).
-fn quick(probes: &[Consumer]) -> usize {
-    let hook = QUICK_ENTRY_FOR.load(Ordering::Acquire);
-    match probes {
-        [Consumer::Uretprobe(rp)] if hook != 0 => {
-            // SAFETY: set only to such a function (see above), given a registered object.
-            unsafe { core::mem::transmute::<usize, unsafe fn(*mut Uretprobe) -> usize>(hook)(*rp) }
+impl ProbePoint {
+    /// The quick word of this point with the consumers `probes` (see [`QUICK_ENTRY`]).
+    fn quick_word(&self, probes: &[Consumer]) -> usize {
+        let hook = QUICK_ENTRY_FOR.load(Ordering::Acquire);
+        let code = self.jump.as_ref().map_or(0, |j| j.quick_code);
+        match probes {
+            [c] if hook != 0 && code != 0 && code == QUICK_ENTRY.load(Ordering::Acquire) => {
+                // SAFETY: set only to such a function (see above), given a registered probe.
+                unsafe { core::mem::transmute::<usize, unsafe fn(Consumer) -> usize>(hook)(*c) }
+            }
+            _ => 0,
         }
-        _ => 0,
     }
 }
 
@@ -343,7 +351,7 @@ impl ProbePoint {
         if count_at == 0 {
             self.count_at.store(0, Ordering::SeqCst);
         }
-        let quick = quick(&probes);
+        let quick = self.quick_word(&probes);
         if quick == 0 {
             self.quick.store(0, Ordering::SeqCst);
         }

@@ -15,6 +15,7 @@
 //!   (`$ustack`) in records, as call chains and arrays; [`chrome`]: one Chrome trace event;
 //! - [`events`]: the run's events and their probe objects;
 //! - [`record`]: the recording handlers (the hit path); [`clock`]: their timestamps;
+//!   [`quick`]: the hits of an event recorded without the dispatcher;
 //! - [`buffers`]: the per-thread rings;
 //! - [`drain`]: the thread that writes the records out, and the end of the stream;
 //! - [`setup`]: start-up: resolving and registering the definitions ([`resolve`]: where
@@ -43,6 +44,8 @@ pub mod format;
 pub mod libpath;
 pub mod list;
 pub mod names;
+#[allow(unsafe_code)]
+pub mod quick;
 #[allow(unsafe_code)]
 pub mod read;
 #[allow(unsafe_code)]

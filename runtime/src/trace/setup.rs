@@ -25,7 +25,7 @@ use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
 use crate::trace::fetch::Fetch;
 use crate::trace::resolve::{resolve, where_at};
-use crate::trace::{buffers, clock, fetch, filter, record};
+use crate::trace::{buffers, clock, fetch, filter, quick, record};
 use uprobe_contracts::filter::{self as program, Program};
 
 /// What the run asks of the stream.
@@ -216,6 +216,9 @@ pub fn start_with(settings: &Settings, frontend: Option<&dyn Frontend>) -> Resul
     // `$ustack`: the modules' unwind tables, made before any probe that walks them.
     if events::all().iter().any(|e| e.args.iter().any(|a| a.is_stack())) {
         crate::probe::stacks::enable();
+    }
+    if frontend.is_none() {
+        quick::enable();
     }
     registry::ON_ARMED.store(on_armed as fn(usize, usize) as usize, Ordering::Release);
     register(&targets, &sources, settings)?;

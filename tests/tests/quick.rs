@@ -1,14 +1,16 @@
-//! `--latency`'s quick paths: a timed function's jump goes to its stub's quick entry, which
-//! goes to the runtime's quick code; that times the call without building a register frame
-//! and calls the function so that its return into the trampoline is predicted; the return
-//! is taken by the trampoline's quick path. Each scenario of the return probes' hazards
-//! (recursion, tail calls, more pending calls than `maxactive`, longjmp, C++ exceptions
-//! through a shared library, backtrace(), pthread_exit, a signal handler in the middle of a
-//! call, threads, fork) runs with the quick paths and again with `--no-optimize` (every hit
-//! through `int3` and the common paths): the program's output is the unprobed run's, and the
-//! numbers of every timed function (calls, entered, not returned and why) are the same both
-//! ways and, where the fixture knows them, exact. With `UPROBE_TEST_NO_OPTIMIZE=1` both runs
-//! take the common paths.
+//! The quick paths of a stub. `--latency`: a timed function's jump goes to its stub's quick
+//! entry, which goes to the runtime's quick code; that times the call without building a
+//! register frame and calls the function so that its return into the trampoline is
+//! predicted; the return is taken by the trampoline's quick path. Each scenario of the return
+//! probes' hazards (recursion, tail calls, more pending calls than `maxactive`, longjmp, C++
+//! exceptions through a shared library, backtrace(), pthread_exit, a signal handler in the
+//! middle of a call, threads, fork) runs with the quick paths and again with `--no-optimize`
+//! (every hit through `int3` and the common paths): the program's output is the unprobed
+//! run's, and the numbers of every timed function (calls, entered, not returned and why) are
+//! the same both ways and, where the fixture knows them, exact. Events of the stream: the
+//! jump goes to a quick entry that calls the record code without the dispatcher, and every
+//! call is recorded but those made inside a handler. With `UPROBE_TEST_NO_OPTIMIZE=1` every
+//! run takes the common paths.
 
 use std::path::Path;
 
@@ -85,15 +87,17 @@ fn returned(calls: u64) -> Numbers {
     (calls, calls, 0, 0, 0)
 }
 
+fn count_stub() -> std::path::PathBuf {
+    fixture("count_stub", &["-O1", "-g", "-pthread", "-rdynamic", "-Wall", "-Wextra"])
+}
+
 /// The code the jump at count_stub's counted() goes to, as the fixture read it under
-/// `--latency` of counted() and `more` options: its address, bytes and first seven
+/// `options` (of counted(), its place ends them): its address, bytes and first seven
 /// instructions, and where the runtime is loaded; None where counted() took an `int3`.
-fn jump_target(more: &[&str]) -> Option<(u64, Vec<u8>, Vec<Instruction>, u64)> {
-    let prog = fixture("count_stub", &["-O1", "-g", "-pthread", "-rdynamic", "-Wall", "-Wextra"]);
+fn jump_target(options: &[&str]) -> Option<(u64, Vec<u8>, Vec<Instruction>, u64)> {
+    let prog = count_stub();
     let p = prog.to_str().unwrap();
-    let place = format!("{p}:counted");
-    let mut args = vec!["--latency", &place];
-    args.extend_from_slice(more);
+    let mut args = options.to_vec();
     args.extend([p, "stub"]);
     let r = run_uprobe(&args);
     assert!(r.status.success(), "{}", r.stderr);
@@ -114,9 +118,24 @@ fn jump_target(more: &[&str]) -> Option<(u64, Vec<u8>, Vec<Instruction>, u64)> {
     Some((at, bytes, insns, base))
 }
 
+/// Where the runtime's symbol `name` lies in libuprobe.so.
+fn runtime_symbol(name: &str) -> u64 {
+    let lib = std::fs::read(artefact("libuprobe.so")).unwrap();
+    let file = object::File::parse(&*lib).unwrap();
+    file.symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("no {name}")).address()
+}
+
+/// The word the `insn` of a quick entry read from the fixture (`bytes`, from `at`) goes
+/// through, as an offset in the runtime.
+fn through(insn: &Instruction, at: u64, bytes: &[u8], base: u64) -> u64 {
+    let word = (insn.ip_rel_memory_address() - at) as usize;
+    u64::from_le_bytes(bytes[word..word + 8].try_into().unwrap()) - base
+}
+
 #[test]
 fn the_jump_of_a_timed_function_goes_to_its_stubs_quick_entry() {
-    let Some((at, bytes, insns, base)) = jump_target(&[]) else {
+    let place = format!("{}:counted", count_stub().display());
+    let Some((at, bytes, insns, base)) = jump_target(&["--latency", &place]) else {
         assert!(int3_only(), "a jump was expected at counted()");
         println!("SKIPPED: int3 mode (--no-optimize): no stub to read");
         return;
@@ -124,24 +143,56 @@ fn the_jump_of_a_timed_function_goes_to_its_stubs_quick_entry() {
     let mnemonics: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
     use Mnemonic::*;
     // The head's frame (the red zone stepped over, the point's word) and a jump through a
-    // word of the stub.
+    // word of the stub, to the runtime's quick code.
     assert_eq!(mnemonics[..6], [Lea, Push, Mov, Mov, Pop, Jmp], "{insns:?}");
     assert_eq!(insns[5].flow_control(), FlowControl::IndirectBranch);
-    // The word the jump goes through: the runtime's quick code.
-    let word = (insns[5].ip_rel_memory_address() - at) as usize;
-    let target = u64::from_le_bytes(bytes[word..word + 8].try_into().unwrap());
-    let lib = std::fs::read(artefact("libuprobe.so")).unwrap();
-    let file = object::File::parse(&*lib).unwrap();
-    let quick = file.symbols().find(|s| s.name() == Ok("uprobe_timed_entry")).expect("uprobe_timed_entry");
-    assert_eq!(target - base, quick.address(), "the stub's quick entry goes to uprobe_timed_entry");
+    assert_eq!(through(&insns[5], at, &bytes, base), runtime_symbol("uprobe_timed_entry"));
 
     // With another probe on the function, the jump goes to the stub's head, whose call is
     // followed by the relocated instructions: the common path.
-    let prog = fixture("count_stub", &["-O1", "-g", "-pthread", "-rdynamic", "-Wall", "-Wextra"]);
-    let entry = format!("p:t/counted {}:counted", prog.display());
-    let (_, _, insns, _) = jump_target(&["--count", "-e", &entry]).expect("a jump at counted()");
+    let entry = format!("p:t/counted {place}");
+    let (_, _, insns, _) = jump_target(&["--latency", &place, "--count", "-e", &entry]).expect("a jump at counted()");
     assert_eq!(insns[5].flow_control(), FlowControl::IndirectCall, "{insns:?}");
     assert_ne!(insns[6].mnemonic(), Jmp, "{insns:?}");
+}
+
+#[test]
+fn an_events_jump_goes_to_a_quick_entry_that_calls_the_record_code() {
+    let event = format!("p:t/counted {}:counted v=%di", count_stub().display());
+    let Some((at, bytes, insns, base)) = jump_target(&["-e", &event]) else {
+        assert!(int3_only(), "a jump was expected at counted()");
+        println!("SKIPPED: int3 mode (--no-optimize): no stub to read");
+        return;
+    };
+    let mnemonics: Vec<Mnemonic> = insns.iter().map(|i| i.mnemonic()).collect();
+    use Mnemonic::*;
+    // The stub's head again, its call through another word, then a jump to the body.
+    assert_eq!(mnemonics, [Lea, Push, Mov, Mov, Pop, Call, Jmp], "{insns:?}");
+    assert_eq!(insns[5].flow_control(), FlowControl::IndirectCall);
+    assert_eq!(through(&insns[5], at, &bytes, base), runtime_symbol("uprobe_event_entry"));
+    assert!(insns[6].near_branch_target() < at, "the body lies before the entry: {insns:?}");
+}
+
+#[test]
+fn every_call_is_recorded_but_those_made_inside_a_handler() {
+    let prog = count_stub();
+    let p = prog.to_str().unwrap();
+    let event = format!("p:t/counted {p}:counted v=%di");
+    let records = |r: &Run| r.output.lines().filter(|l| l.contains(" counted: (counted+0x0) v=")).count() as u64;
+    let own = |r: &Run| -> u64 { r.stdout.trim().strip_prefix("counted ").unwrap().parse().unwrap() };
+    // Four threads: each one's first record claims its ring (the quick code does as the
+    // dispatcher would).
+    let r = run_uprobe(&["--buffer-size", "64M", "-e", &event, p, "threads", "3000"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!((own(&r), records(&r)), (1 + 4 * 3000 + 6, 1 + 4 * 3000 + 6));
+    // A handler on outer() calls counted() too: those calls run on a busy thread, which the
+    // quick code leaves to the dispatcher, which records nothing for them.
+    let handler = test_handler("calls_counted");
+    let r = run_uprobe(&["--handlers", handler.to_str().unwrap(), "-e", &event, p, "nested", "700"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!(own(&r), 700);
+    assert!(r.output.contains("calls_counted: hits=700"), "{}", r.output);
+    assert_eq!(records(&r), 700, "{}", r.output);
 }
 
 #[test]
@@ -199,7 +250,7 @@ fn pthread_exit_a_signal_handler_threads_and_fork() {
     assert_eq!(both_ways(&prog, &["slow", "helper"], &[]), [returned(5), returned(10)]);
 
     // Each thread's first call claims its block through the common path, then goes quick.
-    let prog = fixture("count_stub", &["-O1", "-g", "-pthread", "-rdynamic", "-Wall", "-Wextra"]);
+    let prog = count_stub();
     let (run, numbers) = timed(&prog, &["counted"], &["threads", "3000"], false);
     let own: u64 = run.stdout.trim().strip_prefix("counted ").unwrap().parse().unwrap();
     assert_eq!((own, numbers[0]), (1 + 4 * 3000 + 6, returned(own)));
