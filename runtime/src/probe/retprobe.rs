@@ -332,8 +332,10 @@ fn registered(probes: &[Consumer], rp: *mut Uretprobe) -> bool {
 // already took the caller's entry of the return-stack buffer, and a second `ret` would take
 // (and mispredict) its caller's, leaving every later return of the program one entry off.
 // The quick way out serves only calls made through `uprobe_call_through`, whose caller's
-// entry is still there: it leaves by `ret`. The resume address is read just below the stack
-// pointer, in the red zone, which signal delivery skips.
+// entry is still there: it leaves by `ret`. (Such a call whose return the quick path leaves
+// to the common one, its probe's list changed meanwhile, leaves by the jump: one later
+// return of the program mispredicts, nothing else.) The resume address is read just below
+// the stack pointer, in the red zone, which signal delivery skips.
 crate::insn::frame::trap_free_entry!(
     concat!(
         ".globl uprobe_call_through\n .hidden uprobe_call_through\n",
@@ -407,7 +409,7 @@ pub unsafe fn quick_entry(
     }
     let offset = st.arena_top;
     let ri = st.instance(offset);
-    // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena: the
+    // SAFETY: `ri` points to SIZE free, 16-aligned bytes of this thread's arena: the
     // instance and its 16 bytes of data; word by word, as in `on_entry`.
     unsafe {
         core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
