@@ -362,3 +362,28 @@ pub fn kernel_run<T>(tracing: &Path, group: &str, events: &[&str], run: impl FnO
     }
     (out, trace)
 }
+
+/// A fixture's dump of code it read from its own memory: the first line of `stdout`,
+/// "ADDRESS HEX"; None where it says "int3" (no jump to read).
+pub fn code_dump(stdout: &str) -> Option<(u64, Vec<u8>)> {
+    let line = stdout.lines().next().unwrap_or_default();
+    if line == "int3" {
+        return None;
+    }
+    let (at, hex) = line.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+    let at = u64::from_str_radix(at.trim_start_matches("0x"), 16).unwrap();
+    Some((at, (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()))
+}
+
+/// The C++ program `except` and its shared library `libexcept_lib.so` (exceptions thrown
+/// across both), built: the program's path.
+pub fn except_program() -> PathBuf {
+    let dir = fixtures_dir();
+    compile("g++", "libexcept_lib.so", &["fixtures/except_lib.cc"], &["-O2", "-g", "-fPIC", "-shared"]);
+    compile(
+        "g++",
+        "except",
+        &["fixtures/except.cc"],
+        &["-O2", "-g", "-fno-inline", &format!("-L{}", dir.display()), "-lexcept_lib", "-Wl,-rpath,$ORIGIN"],
+    )
+}

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
-use uprobe_tests::{fixture, int3_only, run_uprobe, test_handler, Run};
+use uprobe_tests::{code_dump, fixture, int3_only, run_uprobe, test_handler, Run};
 
 fn program() -> PathBuf {
     fixture("count_stub", &["-O1", "-g", "-pthread", "-rdynamic", "-Wall", "-Wextra"])
@@ -126,13 +126,7 @@ fn jump_target(more: &str) -> Option<(u64, Vec<Instruction>)> {
     let p = p.to_str().unwrap();
     let event = format!("p:cs/counted {p}:counted{more}");
     let r = run(&["--count", "-e", &event, p, "stub"]);
-    let line = r.stdout.lines().next().unwrap_or_default();
-    if line == "int3" {
-        return None;
-    }
-    let (at, hex) = line.split_once(' ').unwrap_or_else(|| panic!("{line}"));
-    let at = u64::from_str_radix(at.trim_start_matches("0x"), 16).unwrap();
-    let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let (at, bytes) = code_dump(&r.stdout)?;
     let mut decoder = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
     let mut insns = Vec::new();
     while decoder.can_decode() && insns.iter().filter(|i: &&Instruction| i.mnemonic() == Mnemonic::Jmp).count() < 2 {

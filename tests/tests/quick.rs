@@ -101,17 +101,10 @@ fn jump_target(options: &[&str]) -> Option<(u64, Vec<u8>, Vec<Instruction>, u64)
     args.extend([p, "stub"]);
     let r = run_uprobe(&args);
     assert!(r.status.success(), "{}", r.stderr);
-    let mut lines = r.stdout.lines();
-    let line = lines.next().unwrap_or_default();
-    if line == "int3" {
-        return None;
-    }
-    let (at, hex) = line.split_once(' ').unwrap_or_else(|| panic!("{line}"));
-    let at = u64::from_str_radix(at.trim_start_matches("0x"), 16).unwrap();
-    let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+    let (at, bytes) = code_dump(&r.stdout)?;
     let mut decoder = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
     let insns: Vec<Instruction> = (0..7).map(|_| decoder.decode()).collect();
-    let base = lines
+    let base = (r.stdout.lines())
         .find_map(|l| l.strip_prefix("runtime "))
         .map(|b| u64::from_str_radix(b.trim_start_matches("0x"), 16).unwrap())
         .unwrap_or_else(|| panic!("no runtime base in {}", r.stdout));
@@ -216,15 +209,8 @@ fn calls_left_by_longjmp_and_exceptions() {
     // level1 and level2 are left by longjmp each of the 10 rounds; leaf returns each time.
     assert_eq!(numbers, [(0, 10, 10, 10, 0), (0, 10, 10, 10, 0), returned(20)]);
 
-    let dir = fixtures_dir();
-    compile("g++", "libexcept_lib.so", &["fixtures/except_lib.cc"], &["-O2", "-g", "-fPIC", "-shared"]);
-    let prog = compile(
-        "g++",
-        "except",
-        &["fixtures/except.cc"],
-        &["-O2", "-g", "-fno-inline", &format!("-L{}", dir.display()), "-lexcept_lib", "-Wl,-rpath,$ORIGIN"],
-    );
-    let lib = format!("{}:lib_check", dir.join("libexcept_lib.so").display());
+    let prog = except_program();
+    let lib = format!("{}:lib_check", fixtures_dir().join("libexcept_lib.so").display());
     let numbers = both_ways(&prog, &["outer", "middle", "catching", &lib], &[]);
     // 11 calls of outer/middle/lib_check, 3 of which throw; catching catches its own.
     let thrown = (8, 11, 3, 3, 0);

@@ -141,14 +141,7 @@ fn longjmp_and_siglongjmp_out_of_probed_frames() {
 
 #[test]
 fn cxx_exceptions_through_probed_frames_and_a_shared_library() {
-    let dir = fixtures_dir();
-    compile("g++", "libexcept_lib.so", &["fixtures/except_lib.cc"], &["-O2", "-g", "-fPIC", "-shared"]);
-    let prog = compile(
-        "g++",
-        "except",
-        &["fixtures/except.cc"],
-        &["-O2", "-g", "-fno-inline", &format!("-L{}", dir.display()), "-lexcept_lib", "-Wl,-rpath,$ORIGIN"],
-    );
+    let prog = except_program();
     let run = run_ret(&prog, &["funcs=outer,middle,catching,lib_check"]);
     // 11 calls of outer/middle/lib_check, 3 of which throw (3 and 6 in main, 3 in catching).
     assert_eq!(parse_counts(&run, "outer"), counts(11, 8));

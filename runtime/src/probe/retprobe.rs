@@ -162,13 +162,9 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mu
         }
         let offset = st.arena_top;
         let ri = st.instance(offset);
-        // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena. Word
-        // by word: a struct store could be compiled to vector moves.
+        // SAFETY: `ri` points to `size` free, 16-aligned bytes of this thread's arena.
         unsafe {
-            core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
-            core::ptr::addr_of_mut!((*ri).ret_addr).write_volatile(orig as _);
-            core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
-            core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
+            write_instance(ri, rp, orig);
             if let Some(entry) = probe.entry_handler {
                 st.arena_top += size; // an entry handler that hits a probe sees the space taken
                 let outer_code = t.code.replace(entry as usize);
@@ -186,6 +182,22 @@ pub unsafe fn on_entry(rp: *mut Uretprobe, pp: &ProbePoint, list: u64, regs: &mu
         // SAFETY: the slot holds this call's return address; the function has not run yet.
         unsafe { *(slot as *mut usize) = tramp };
     });
+}
+
+/// Fills in the instance at `ri` of a call of `rp` that returns to `orig`, word by word: a
+/// struct store could be compiled to vector moves, which the hit paths may not use.
+///
+/// # Safety
+/// `ri` points to a free, 16-aligned instance of this thread's arena.
+#[inline(always)]
+unsafe fn write_instance(ri: *mut UretprobeInstance, rp: *mut Uretprobe, orig: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
+        core::ptr::addr_of_mut!((*ri).ret_addr).write_volatile(orig as _);
+        core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
+        core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
+    }
 }
 
 /// How many records `rp` has pending in `st`, counted with the vector registers saved (the
@@ -410,13 +422,8 @@ pub unsafe fn quick_entry(
     let offset = st.arena_top;
     let ri = st.instance(offset);
     // SAFETY: `ri` points to SIZE free, 16-aligned bytes of this thread's arena: the
-    // instance and its 16 bytes of data; word by word, as in `on_entry`.
-    unsafe {
-        core::ptr::addr_of_mut!((*ri).rp).write_volatile(rp);
-        core::ptr::addr_of_mut!((*ri).ret_addr).write_volatile(orig as _);
-        core::ptr::addr_of_mut!((*ri).reserved[0]).write_volatile(0);
-        core::ptr::addr_of_mut!((*ri).reserved[1]).write_volatile(0);
-    }
+    // instance and its 16 bytes of data.
+    unsafe { write_instance(ri, rp, orig) };
     st.arena_top = offset + SIZE;
     let pp = pp as *const ProbePoint as usize;
     st.push(Frame { rp, pp, slot, orig, instance: offset, size: SIZE, list, vectors: false, quick: true });
