@@ -338,6 +338,14 @@ fn run_consumer(pp: &ProbePoint, list: u64, consumer: Consumer, regs: &mut PtReg
 /// or through `vector::saving_vectors` (the `hit_code` test reads the built code). A
 /// front-end's quick code (`trace::quick`) calls it too, on the same frame.
 pub(crate) extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
+    let (resume, pp) = stub_frame(regs);
+    direct_hit(thread::current(), pp, regs, resume, vectors_saved)
+}
+
+/// What a stub's head left above the registers of a hit (see `insn::frame`'s layout): the
+/// address to resume at and the probe point; sets `regs.rsp` to the program's stack pointer.
+#[inline(always)]
+pub(crate) fn stub_frame(regs: &mut PtRegs) -> (usize, &'static ProbePoint) {
     let area = regs as *mut PtRegs as usize;
     let word = |offset: usize| {
         // SAFETY: the stub left its return address and the probe point's address above the
@@ -347,8 +355,7 @@ pub(crate) extern "C" fn jump_hit(regs: &mut PtRegs, vectors_saved: bool) -> usi
     let (resume, pp) = (word(frame::RESUME_SLOT), word(frame::CONTEXT_SLOT));
     regs.rsp = (area + frame::JUMP_CALLER_RSP) as u64;
     // SAFETY: the stub was built for this probe point, which is never freed.
-    let pp = unsafe { &*(pp as *const ProbePoint) };
-    direct_hit(thread::current(), pp, regs, resume, vectors_saved)
+    (resume, unsafe { &*(pp as *const ProbePoint) })
 }
 
 // To the resume address; drops the context word and the red zone.

@@ -18,7 +18,7 @@ use core::sync::atomic::Ordering;
 use crate::base::abi::{PtRegs, Uprobe};
 use crate::base::sys;
 use crate::insn::frame;
-use crate::probe::table::{self, Consumer, ProbePoint};
+use crate::probe::table::{self, Consumer};
 use crate::probe::{dispatch, rcu, thread};
 use crate::trace::record;
 
@@ -51,18 +51,11 @@ unsafe fn quick_for(c: Consumer) -> usize {
 /// the hit of the point's event and gives the address to resume at, the stub's relocated
 /// instructions (a record handler changes no register).
 extern "C" fn event_hit(regs: &mut PtRegs, vectors_saved: bool) -> usize {
-    let area = regs as *mut PtRegs as usize;
-    // SAFETY: the stub left its return address and the probe point's address above the
-    // registers, as for the common code (see `insn::frame`'s layout).
-    let (resume, pp) =
-        unsafe { (*((area + frame::RESUME_SLOT) as *const usize), *((area + frame::CONTEXT_SLOT) as *const usize)) };
-    // SAFETY: the stub was built for this probe point, which is never freed.
-    let pp = unsafe { &*(pp as *const ProbePoint) };
     let t = thread::current();
     if t.quiet() || t.queued.get() != 0 {
         return dispatch::jump_hit(regs, vectors_saved);
     }
-    regs.rsp = (area + frame::JUMP_CALLER_RSP) as u64;
+    let (resume, pp) = dispatch::stub_frame(regs);
     regs.rip = pp.addr as u64;
     t.set_busy_alone(true);
     let errno_at = sys::errno_location();
