@@ -95,8 +95,8 @@ macro_rules! restore_pt_regs {
 /// %rcx, %rdx, %rsi, %rdi, %r8-%r11) and %rbx.
 pub const SCRATCH_SIZE: usize = 11 * 8;
 
-/// The small frame of the quick paths (`probe::quick`), which call a Rust function that
-/// touches no vector register: the flags and every general register the call may change are
+/// The small frame of the quick paths (`aggregate::timed`'s entry, the return trampoline's
+/// quick way), which call a Rust function that touches no vector register: the flags and every general register the call may change are
 /// pushed, %rbx keeps the stack pointer (the function's first argument is free to point
 /// above it, [`SCRATCH_SIZE`] bytes up) and the stack is aligned for the call.
 macro_rules! save_scratch {
@@ -122,8 +122,8 @@ macro_rules! restore_scratch {
 }
 
 /// A trap-free entry point `$name` (after the code `$before`, which runs into it): after
-/// `$prologue`, saves a `struct pt_regs` (and the
-/// vector state, unless `$choose` leaves %r12d 0), calls
+/// `$prologue`, saves a `struct pt_regs` (and the vector state, unless `$choose` leaves %r12d
+/// 0), calls
 /// `extern "C" fn $callee(&mut PtRegs, vectors_saved: bool) -> usize`, stores its result in
 /// the [`RESUME_SLOT`], restores everything and leaves with `$epilogue`, which finds the
 /// stack as it was after `$prologue` with the resume address on top. Constants the prologue

@@ -57,9 +57,8 @@ pub struct ProbePoint {
     /// a count that a front-end lets the stub make ([`INLINE_COUNT`]), 0 otherwise.
     pub count_at: AtomicUsize,
     /// What the front-end's quick code needs to handle a hit through the stub's quick entry
-    /// (a word it chose, never 0): set while the point's only consumer is a return probe
-    /// that the front-end handles itself ([`QUICK_ENTRY`]), 0 before any other list is
-    /// published.
+    /// (a word it chose, never 0): set while the point's only consumer is a probe that the
+    /// front-end handles itself ([`QUICK_ENTRY`]), 0 before any other list is published.
     pub quick: AtomicUsize,
     /// Whether the point waits in an open placement batch for its bytes to be written.
     pub queued: AtomicBool,
