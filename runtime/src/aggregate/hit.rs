@@ -349,8 +349,7 @@ pub unsafe extern "C" fn latency_entry(ri: *mut UretprobeInstance, regs: *mut Pt
                     at = s + plans.layout.values;
                 }
             }
-            b.add(at + ENTERED, 1);
-            words = b.address_of(at);
+            words = entered(b, at);
         }
     }
     // SAFETY: the instance's data holds the LATENCY_DATA bytes the probe asked for.
@@ -371,6 +370,14 @@ pub unsafe extern "C" fn latency_return(ri: *mut UretprobeInstance, _regs: *mut 
         return no_block(unsafe { (*((*ri).rp as *mut ReturnProbe)).event });
     }
     add_call(Block::from_word(words as usize), started, now);
+}
+
+/// Counts a timed call's entry in the function's words at `at` of the thread's block `b`;
+/// gives where those words are, for the call's return.
+#[inline(always)]
+pub fn entered(b: Block, at: usize) -> usize {
+    b.add(at + ENTERED, 1);
+    b.address_of(at)
 }
 
 /// Adds a timed call, from its entry's reading `started` to its return's `now`, to the

@@ -21,7 +21,7 @@ use core::sync::atomic::Ordering;
 
 use crate::aggregate::blocks::{self, Block};
 use crate::aggregate::hit::{self, latency_entry, latency_return, LATENCY_DATA};
-use crate::aggregate::plan::{self, ENTERED};
+use crate::aggregate::plan;
 use crate::base::abi::{PtRegs, UretprobeInstance};
 use crate::insn::stub::BODY_OFFSET;
 use crate::probe::table::{self, Consumer, ProbePoint};
@@ -114,13 +114,13 @@ extern "C" fn timed_entry(pp: &ProbePoint, slot: usize) -> Next {
         // SAFETY: thread busy, read-side section, `rp` registered in `list`, with 16 bytes
         // of data (`quick_for`); `slot` is the program's stack pointer at the entry.
         let Some(data) = (unsafe { retprobe::quick_entry(t, rp, pp, list.generation, slot) }) else { return false };
-        b.add(at + ENTERED, 1);
+        let numbers = hit::entered(b, at);
         let words = data.cast::<u64>();
         // SAFETY: the instance's data, 16 bytes, this thread's; one store each (a pair of
         // words may be stored through a vector register).
         unsafe {
             words.write_volatile(clock::ticks());
-            words.add(1).write_volatile(b.address_of(at) as u64);
+            words.add(1).write_volatile(numbers as u64);
         }
         true
     });
@@ -136,7 +136,7 @@ extern "C" fn timed_return(caller_rsp: usize) -> usize {
     quick(|t| {
         // SAFETY: thread busy, inside a read-side section.
         unsafe {
-            retprobe::quick_return(t, caller_rsp - 8, |_, [started, words]| {
+            retprobe::quick_return(t, caller_rsp - 8, |[started, words]| {
                 hit::add_call(Block::from_word(words as usize), started, clock::ticks());
             })
         }

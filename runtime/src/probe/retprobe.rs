@@ -432,13 +432,13 @@ pub unsafe fn quick_entry(
 
 /// The return leaving from `slot` when its record is the thread's newest, from a quick entry,
 /// the only one of its slot, and its probe's consumer list is still the entry's: calls
-/// `handler` with the probe and the instance's 16 bytes of data, takes the record out and
+/// `handler` with the instance's 16 bytes of data, takes the record out and
 /// gives the real return address; 0, with nothing done, otherwise.
 ///
 /// # Safety
 /// The thread is busy, inside a read-side section.
 #[inline(always)]
-pub unsafe fn quick_return(t: &ThreadState, slot: usize, handler: impl FnOnce(*mut Uretprobe, [u64; 2])) -> usize {
+pub unsafe fn quick_return(t: &ThreadState, slot: usize, handler: impl FnOnce([u64; 2])) -> usize {
     // SAFETY: as in `with_stack` (the caller holds the busy mark); borrowed here only.
     let st = unsafe { &mut *t.returns.get() };
     let Some(i) = st.quick_top(slot) else { return 0 };
@@ -454,7 +454,7 @@ pub unsafe fn quick_return(t: &ThreadState, slot: usize, handler: impl FnOnce(*m
     let words = st.instance(f.instance) as usize + core::mem::size_of::<UretprobeInstance>();
     // SAFETY: the record's instance and the 16 bytes of data its quick entry wrote.
     let data = unsafe { [*(words as *const u64), *((words + 8) as *const u64)] };
-    handler(f.rp, data);
+    handler(data);
     st.remove(i);
     f.orig
 }
