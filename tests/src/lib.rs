@@ -234,6 +234,15 @@ pub fn tempfile(tag: &str) -> PathBuf {
     dir.join(format!("{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
+/// Copies the executable `from` to `to` by `cp`, so that this process never holds the copy
+/// open for writing: a copy written here would lend its descriptor to every child another
+/// test thread forks meanwhile, and running the copy would fail with ETXTBSY until that child
+/// execs.
+pub fn copy_program(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg("--preserve=mode").arg(from).arg(to).status().expect("run cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+}
+
 /// The link-time address of `symbol` in `program` (what `nm` shows).
 pub fn nm_address(program: &Path, symbol: &str) -> u64 {
     let data = std::fs::read(program).unwrap_or_else(|e| panic!("{}: {e}", program.display()));

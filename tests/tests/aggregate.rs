@@ -57,7 +57,7 @@ fn own_counts(stdout: &str) -> BTreeMap<String, u64> {
 fn kernel_counts(program: &Path, probes: &[(&str, &str)], mode: &str) -> Result<BTreeMap<String, u64>, String> {
     let root = tracefs()?;
     let copy = tempfile("aggregate_kernel");
-    std::fs::copy(program, &copy).map_err(|e| e.to_string())?;
+    uprobe_tests::copy_program(program, &copy);
     let group = format!("uprag{}", std::process::id());
     let append = |file: &str, line: &str| -> Result<(), String> {
         use std::io::Write;

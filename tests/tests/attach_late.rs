@@ -238,7 +238,7 @@ fn copy_in(root: &std::path::Path, file: &std::path::Path) {
         return;
     }
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-    std::fs::copy(file, &to).unwrap();
+    copy_program(file, &to);
 }
 
 /// The libraries `ldd` says `file` needs.

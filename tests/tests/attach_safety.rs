@@ -448,7 +448,7 @@ fn a_runtime_planted_in_a_shared_directory_by_another_user_never_runs() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let installed = dir.join("uprobe-run");
-    std::fs::copy(uprobe_run(), &installed).unwrap();
+    copy_program(&uprobe_run(), &installed);
     // Where it once wrote that runtime for a process of another user, or with HOME unset:
     // `$TMPDIR/uprobe-run-UID/uprobe-run/VERSION-HASH/libuprobe.so`. Its exact name: what a
     // launch with a private TMPDIR writes.
@@ -501,7 +501,7 @@ fn a_runtime_planted_in_a_shared_directory_by_another_user_never_runs() {
 
     // A process of another user (nobody), attached to by root with HOME unset.
     let program = dir.join("spin_fp");
-    std::fs::copy(spin_fp(), &program).unwrap();
+    copy_program(&spin_fp(), &program);
     let mut command = Command::new(&program);
     command.arg("4");
     // SAFETY: setgid/setuid in the child before exec are async-signal-safe.

@@ -66,7 +66,7 @@ fn refuses_setuid_and_setgid_programs() {
     let prog = fixture("myprog", &["-O0", "-g", "-no-pie"]);
     for (bit, kind) in [(0o4755, "setuid"), (0o2755, "setgid")] {
         let copy = tempfile(kind);
-        std::fs::copy(&prog, &copy).unwrap();
+        uprobe_tests::copy_program(&prog, &copy);
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(bit)).unwrap();
         let out = uprobe_run_raw(&[copy.to_str().unwrap()]);
         assert_refused(

@@ -326,7 +326,7 @@ fn the_kernels_filter_keeps_as_many_hits() {
     };
     let program = target();
     let copy = uprobe_tests::tempfile("filter_kernel");
-    std::fs::copy(&program, &copy).unwrap();
+    uprobe_tests::copy_program(&program, &copy);
     let group = format!("uprf{}", std::process::id());
     let offset = uprobe_tests::nm_address(&program, "take");
     let kernel_def = |event: &str, path: &Path| {

@@ -16,7 +16,7 @@ impl Installed {
     fn new() -> Installed {
         let dir = tempfile("installed");
         std::fs::create_dir_all(dir.join("bin")).unwrap();
-        std::fs::copy(uprobe_run(), dir.join("bin/uprobe-run")).unwrap();
+        copy_program(&uprobe_run(), &dir.join("bin/uprobe-run"));
         Installed { dir }
     }
 
@@ -25,29 +25,14 @@ impl Installed {
     }
 
     fn run(&self, args: &[&str], cwd: &Path) -> Output {
-        output_of(
-            Command::new(self.dir.join("bin/uprobe-run"))
-                .args(args)
-                .current_dir(cwd)
-                .env_remove("UPROBE_LIB")
-                .env("XDG_CACHE_HOME", self.cache()),
-        )
+        Command::new(self.dir.join("bin/uprobe-run"))
+            .args(args)
+            .current_dir(cwd)
+            .env_remove("UPROBE_LIB")
+            .env("XDG_CACHE_HOME", self.cache())
+            .output()
+            .expect("run the installed uprobe-run")
     }
-}
-
-/// Runs `command`. A test thread that forks while a copy of the binary is open for writing
-/// lends the copy's descriptor to its child until that child execs: the copy is busy
-/// (ETXTBSY) for a moment.
-fn output_of(command: &mut Command) -> Output {
-    for _ in 0..100 {
-        match command.output() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            out => return out.expect("run the installed uprobe-run"),
-        }
-    }
-    panic!("the installed copy stayed busy");
 }
 
 impl Drop for Installed {
@@ -104,8 +89,11 @@ fn an_installed_binary_runs_the_classic_example_with_the_runtime_it_carries() {
 fn uprobe_lib_still_overrides_the_runtime() {
     let installed = Installed::new();
     let runtime = artefact("libuprobe.so");
-    let out =
-        output_of(Command::new(installed.dir.join("bin/uprobe-run")).arg("--version").env("UPROBE_LIB", &runtime));
+    let out = Command::new(installed.dir.join("bin/uprobe-run"))
+        .arg("--version")
+        .env("UPROBE_LIB", &runtime)
+        .output()
+        .expect("run the installed uprobe-run");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.ends_with(&format!("runtime: {} (from UPROBE_LIB)\n", runtime.display())), "{text}");
     assert!(!installed.cache().exists(), "nothing is written when UPROBE_LIB names the runtime");

@@ -218,25 +218,17 @@ fn an_installed_copy_runs_the_help_examples_with_the_handlers_it_carries() {
     let dir = tempfile("installed-handlers");
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     let bin = dir.join("bin/uprobe-run");
-    std::fs::copy(uprobe_run(), &bin).unwrap();
+    copy_program(&uprobe_run(), &bin);
     let prog = fixture("myprog", &["-O0", "-g", "-no-pie"]);
     let vaddr = format!("vaddr={:#x}", nm_address(&prog, "myfunc"));
     let run = |args: &[&str]| -> Output {
-        for _ in 0..100 {
-            let mut cmd = Command::new(&bin);
-            cmd.args(args)
-                .current_dir(prog.parent().unwrap())
-                .env_remove("UPROBE_LIB")
-                .env("XDG_CACHE_HOME", dir.join("cache"));
-            match cmd.output() {
-                // Another test thread forking while the copy was open for writing.
-                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(10))
-                }
-                out => return out.unwrap(),
-            }
-        }
-        panic!("the copy stayed busy");
+        Command::new(&bin)
+            .args(args)
+            .current_dir(prog.parent().unwrap())
+            .env_remove("UPROBE_LIB")
+            .env("XDG_CACHE_HOME", dir.join("cache"))
+            .output()
+            .unwrap()
     };
     // As --help prints them.
     let out = run(&["--handlers", "uprobe_example", "--param", &vaddr, "./myprog"]);

@@ -151,7 +151,7 @@ fn the_same_definitions_record_the_same_events_as_the_kernels_tracefs() {
     // The kernel's events go on a copy of the program (a file of its own): tracefs events
     // apply to every process running their file, and other tests run trace_target meanwhile.
     let copy = uprobe_tests::tempfile("trace_target_kernel");
-    std::fs::copy(&program, &copy).unwrap();
+    uprobe_tests::copy_program(&program, &copy);
     let kernel_defs = parity_definitions(&copy, &group);
     let kernel = tracefs.record(&group, &kernel_defs, &copy, &["basic"]);
     tracefs.remove(&group, &kernel_defs);
