@@ -120,6 +120,31 @@ fn latency_of_an_attach_times_every_call_as_a_launch() {
     assert!(latency["min_ns"].as_u64().unwrap() >= 200_000, "{latency}");
 }
 
+#[test]
+fn a_session_after_one_with_no_optimize_takes_jumps_and_says_so() {
+    need_ptrace!();
+    if int3_only() {
+        println!("SKIPPED: every session of this run has --no-optimize, so none takes a jump");
+        return;
+    }
+    let g = gated();
+    let nap = format!("{}:nap", g.display());
+    let target = Target::start(&g, &[]);
+    // A first session keeps its probe on the int3, as asked, and says so.
+    let (status, err) = attach_once(target.pid, &["-v", "--no-optimize", "--duration", "0.3", "--latency", &nap]);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("(nap+0x0): int3 (jump probes disabled (--no-optimize))"), "{err}");
+    assert!(err.contains("(an int3 probe: each time includes the return from its trap"), "{err}");
+    // The next one, without the option, takes the jump; its report, written once the probe
+    // is gone, still says how it was hit.
+    let (status, text, own) = attached_to(target, &["--latency", &nap, "--format", "json"]);
+    assert_eq!(status.code(), Some(0), "{own:?}");
+    assert!(own.iter().any(|l| l.contains(": 0 handler libraries, 1 probe (1 jump);")), "{own:?}");
+    let latency: Value =
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|o| o["kind"] == "latency").unwrap();
+    assert_eq!((latency["probe"].as_str(), latency["count"].as_u64()), (Some("jump"), Some(5)), "{latency}");
+}
+
 /// The records of a JSON stream without what differs from run to run (time, process, CPU).
 fn records(text: &str) -> Vec<Value> {
     without_own_lines(text)

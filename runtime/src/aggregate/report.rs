@@ -468,7 +468,7 @@ impl Names for Known<'_> {
 
     fn trapped(&mut self, event: usize) -> bool {
         let addr = events::all().get(event).map_or(0, |e| e.address());
-        addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jump_active.load(Ordering::SeqCst))
+        addr != 0 && table::lookup(addr).is_some_and(|pp| !pp.jumped.load(Ordering::Relaxed))
     }
 
     fn frame(&mut self, addr: u64, caller: bool) -> String {

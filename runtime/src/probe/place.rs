@@ -166,9 +166,12 @@ fn plan_of(site: &Site, addr: usize) -> Result<Plan, RegisterError> {
 pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'static ProbePoint, RegisterError> {
     let site = examine(view, addr)?;
     let insn = site.insn;
+    // Not one made under an earlier attach session's --no-optimize (its jump never built)
+    // when this one may take jumps: a new point replaces it.
+    let stale = |pp: &ProbePoint| matches!(pp.jump, Err(NoJump::Disabled)) && OPTIMIZE.load(Ordering::Relaxed);
     let reuse = table::lookup(addr).filter(|pp| {
         // SAFETY: the old point's bytes were read from this mapping, which is still there.
-        pp.len == insn.len() && unsafe { patch::read_code(addr, pp.len) } == pp.orig[..pp.len]
+        !stale(pp) && pp.len == insn.len() && unsafe { patch::read_code(addr, pp.len) } == pp.orig[..pp.len]
     });
     if let Some(pp) = reuse {
         // Not written now (the caller checked): the text was replaced (a library unloaded
@@ -198,6 +201,7 @@ pub fn prepare(view: &mut View, slots: &mut Slots, addr: usize) -> Result<&'stat
         missed: AtomicU64::new(0),
         jump: Err(NoJump::NoFunction),
         jump_active: AtomicBool::new(false),
+        jumped: AtomicBool::new(false),
         tail_patched: AtomicBool::new(false),
         vectors: AtomicBool::new(true),
         reads_xmm: AtomicBool::new(false),
@@ -459,13 +463,14 @@ pub fn write(changes: &mut [Change], session: &mut Session, view: &mut View, slo
             Step::Jump => {
                 session.write(pp.addr, &[JMP_OPCODE]);
                 pp.jump_active.store(true, Ordering::SeqCst);
+                pp.jumped.store(true, Ordering::Relaxed);
                 wrote = true;
             }
             Step::Original => {
                 session.write(pp.addr, &pp.orig[..1]);
                 wrote = true;
             }
-            Step::Int3 => {}
+            Step::Int3 => pp.jumped.store(false, Ordering::Relaxed),
         }
         if steps[i] != Step::Jump {
             pp.tail_patched.store(false, Ordering::SeqCst);
@@ -538,23 +543,4 @@ const RESTOPS: usize = 3;
 fn first_byte(pp: &ProbePoint) -> u8 {
     // SAFETY: the point's address lies in an executable mapping.
     unsafe { core::ptr::read_volatile(pp.addr as *const u8) }
-}
-
-/// The line saying that the armed point `pp` holds other bytes than the runtime wrote, the
-/// first time it is found so; `name` gives its symbol.
-pub fn changed_message(pp: &ProbePoint, name: impl FnOnce() -> String) -> Option<String> {
-    let mut first = [0u8; 1];
-    if !crate::base::usercopy::copy(&mut first, pp.addr) {
-        return None; // unmapped meanwhile (a library unloaded behind the loader's back)
-    }
-    let expected = if pp.jump_active.load(Ordering::SeqCst) { JMP_OPCODE } else { INT3 };
-    if first[0] == expected || pp.changed_reported.swap(true, Ordering::SeqCst) {
-        return None;
-    }
-    Some(format!(
-        "probe at {:#x} ({}): its code was changed by something else while it was probed (a kernel uprobe from perf, bpftrace or ftrace, or a debugger): byte {:#04x} where the runtime wrote {expected:#04x}; hits there were not seen",
-        pp.addr,
-        name(),
-        first[0]
-    ))
 }

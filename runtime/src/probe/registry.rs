@@ -413,7 +413,7 @@ pub fn unregister_all(consumers: &[Consumer]) {
     let emptied: Vec<&'static ProbePoint> =
         lists.iter().filter(|(_, probes)| probes.is_empty()).filter_map(|(&addr, _)| table::lookup(addr)).collect();
     for pp in &emptied {
-        if let Some(line) = place::changed_message(pp, || st.view.symbolize(pp.addr).unwrap_or_default()) {
+        if let Some(line) = pp.changed_message(|| st.view.symbolize(pp.addr).unwrap_or_default()) {
             output::message(format_args!("{line}"));
         }
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 
 use crate::base::output;
 use crate::probe::registry::{self, symbolize};
+use crate::probe::retprobe;
 use crate::probe::table;
-use crate::probe::{place, retprobe};
 
 /// Says which probe sites hold other bytes than the runtime wrote (at the end of the run,
 /// before the handlers' exits take their probes out): something else changed the code while
@@ -18,7 +18,7 @@ use crate::probe::{place, retprobe};
 /// runs, which cannot be prevented from here).
 pub fn report_changed_sites() {
     for pp in table::points().filter(|pp| pp.is_armed() && !pp.queued.load(Ordering::SeqCst)) {
-        if let Some(line) = place::changed_message(pp, || symbolize(pp.addr).unwrap_or_default()) {
+        if let Some(line) = pp.changed_message(|| symbolize(pp.addr).unwrap_or_default()) {
             output::message(format_args!("{line}"));
         }
     }

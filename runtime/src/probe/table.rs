@@ -10,8 +10,9 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::base::abi::{Uprobe, Uretprobe};
+use crate::base::usercopy;
 use crate::insn::decode::{Plan, MAX_INSN_LEN};
-use crate::insn::jump::NoJump;
+use crate::insn::jump::{NoJump, JMP_OPCODE};
 use crate::insn::stub::{Entries, InlineCount, Quick};
 use crate::probe::rcu;
 
@@ -38,6 +39,9 @@ pub struct ProbePoint {
     pub jump: Result<JumpPrep, NoJump>,
     /// Whether the jump is in place now (while armed; otherwise the `int3` is).
     pub jump_active: AtomicBool,
+    /// Whether the point took its jump when last armed, kept once its probes are gone: what
+    /// a report written after them (an attach session's) says of how it was hit.
+    pub jumped: AtomicBool,
     /// Whether the bytes after the first may hold the jump's: from just before the jump is
     /// written until its original bytes are back. A thread that meets the `int3` then must
     /// not resume inside the range: the trap path sends it to the stub's relocated code.
@@ -313,6 +317,25 @@ pub fn points() -> impl Iterator<Item = &'static ProbePoint> {
 }
 
 impl ProbePoint {
+    /// The line saying that this armed point holds other bytes than the runtime wrote, the
+    /// first time it is found so; `name` gives its symbol.
+    pub fn changed_message(&self, name: impl FnOnce() -> String) -> Option<String> {
+        let mut first = [0u8; 1];
+        if !usercopy::copy(&mut first, self.addr) {
+            return None; // unmapped meanwhile (a library unloaded behind the loader's back)
+        }
+        let expected = if self.jump_active.load(Ordering::SeqCst) { JMP_OPCODE } else { INT3 };
+        if first[0] == expected || self.changed_reported.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        Some(format!(
+            "probe at {:#x} ({}): its code was changed by something else while it was probed (a kernel uprobe from perf, bpftrace or ftrace, or a debugger): byte {:#04x} where the runtime wrote {expected:#04x}; hits there were not seen",
+            self.addr,
+            name(),
+            first[0]
+        ))
+    }
+
     /// Whether probes are registered here.
     pub fn is_armed(&self) -> bool {
         !self.consumers.load(Ordering::SeqCst).is_null()
