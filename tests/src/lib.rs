@@ -178,6 +178,11 @@ pub fn int3_only() -> bool {
     std::env::var_os("UPROBE_TEST_NO_OPTIMIZE").is_some_and(|v| !v.is_empty() && v != "0")
 }
 
+/// Runs `uprobe-run ARGS` as is (no `-o`): its status and both streams.
+pub fn uprobe_run_raw(args: &[&str]) -> Output {
+    Command::new(uprobe_run()).args(args).output().expect("run uprobe-run")
+}
+
 /// Runs `uprobe-run ARGS` with `-o` pointing to a fresh file, and collects everything.
 pub fn run_uprobe(args: &[&str]) -> Run {
     run_uprobe_env(args, &[])

@@ -8,10 +8,6 @@ use std::process::{Command, Output};
 
 use uprobe_tests::*;
 
-fn uprobe_run_raw(args: &[&str]) -> Output {
-    Command::new(uprobe_run()).args(args).output().expect("run uprobe-run")
-}
-
 /// Asserts a refusal: exit status 2, nothing on stdout, exactly `line` on stderr.
 fn assert_refused(out: &Output, line: &str) {
     assert_eq!(out.status.code(), Some(2), "{out:?}");

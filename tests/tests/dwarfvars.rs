@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use uprobe_tests::{fixture, gcc, kernel_run, run_plain, run_uprobe, tracefs, uprobe_run};
+use uprobe_tests::{fixture, gcc, kernel_run, run_plain, run_uprobe, tracefs, uprobe_run, uprobe_run_raw};
 
 fn prog() -> PathBuf {
     fixture("dwarfvars", &["-O2", "-g", "-Wall", "-Wextra"])
@@ -121,6 +121,27 @@ fn retval_takes_the_functions_return_type() {
     let run = run_uprobe(&["-e", "r parse $retval", s(&nodebug)]);
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(run.records("parse__return")[0], "arg1=0xffffffee");
+    // A floating-point $retval, typed by hand where no DWARF types it, is %xmm0's.
+    let run = run_uprobe(&["-e", "r scale d=$retval:f64", "-e", "r halve f=$retval:f32", s(&nodebug)]);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(run.records("scale__return"), ["d=6", "d=-1.125"]);
+    assert_eq!(run.records("halve__return"), ["f=2.5"]);
+}
+
+#[test]
+fn a_filter_never_compares_a_floating_point_retval_as_an_integer() {
+    let prog = prog();
+    // $retval of a double function is %xmm0's: a filter, which compares integers and strings,
+    // refuses it instead of reading %rax.
+    for def in ["r scale $retval if $retval > 2", "r scale $retval:f64 if $retval > 2"] {
+        let out = uprobe_run_raw(&["-e", def, s(&prog)]);
+        assert_eq!(out.status.code(), Some(2), "{def}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.ends_with("expected an integer or a string, not $retval (f64)\n"), "{def}: {err}");
+    }
+    let out = uprobe_run_raw(&["-e", "r halve h=$retval", "--filter", "halve__return: $retval == 0", s(&prog)]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).ends_with("not $retval (f32)\n"), "{out:?}");
 }
 
 #[test]

@@ -3,13 +3,9 @@
 //! happens).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use uprobe_tests::*;
-
-fn uprobe_run_raw(args: &[&str]) -> Output {
-    Command::new(uprobe_run()).args(args).output().expect("run uprobe-run")
-}
 
 /// Asserts a refusal by uprobe-run itself: status 2, exactly `line` on stderr, and the
 /// program never ran.

@@ -9,6 +9,7 @@
 //!   (what a USDT argument spec such as `8@16(%rsp,%rax,8)` names);
 //! - beyond the kernel, `%xmm0`..`%xmm15`: the low 8 bytes of a vector register (`float`
 //!   and `double` arguments and return values), read from the vector state the hit saved;
+//!   `$retval:f32` and `$retval:f64` are the return value as such a number, `%xmm0`'s;
 //! - types `u8..u64`, `s8..s64`, `x8..x64`, `f32`, `f64` (beyond the kernel), `char`, `string`, `ustring`, `symbol`, bitfields
 //!   `b<width>@<offset>/<container>`, and arrays `TYPE[N]` of memory. Without a type a value is
 //!   `x64`, as the kernel shows it; `$comm` is a string;
@@ -206,6 +207,16 @@ pub struct FetchArg {
 }
 
 impl FetchArg {
+    /// The vector register it reads, if it reads one: `%xmmN`, or a `float` or `double`
+    /// `$retval` (returned in `%xmm0`, never in `%rax`).
+    pub fn xmm(&self) -> Option<u8> {
+        match self.fetch {
+            Fetch::Xmm(n) => Some(n),
+            Fetch::Retval if self.ty.base == Base::Float => Some(0),
+            _ => None,
+        }
+    }
+
     /// Whether it is `$ustack`: a record holds its frames (a u32 count, then the frames),
     /// and it is shown as a call chain, not as one value.
     pub fn is_stack(&self) -> bool {
@@ -589,6 +600,9 @@ mod tests {
         assert_eq!(ok("total=$optimized_out").fetch, Fetch::OptimizedOut);
         assert_eq!(ok("x=%xmm1:f64").fetch, Fetch::Xmm(1));
         assert_eq!(ok("x=%xmm1:f32").ty, Type { base: Base::Float, size: 4, bitfield: None, count: None });
+        assert_eq!(ok("x=%xmm1:f32").xmm(), Some(1));
+        let retval = |text: &str| parse(text, 1, Site::Return).unwrap().xmm();
+        assert_eq!((retval("$retval:f64"), retval("$retval:f32"), retval("$retval:s64")), (Some(0), Some(0), None));
         assert!(bad("%xmm16", Site::Entry).what.contains("%xmm0 to %xmm15"));
         assert!(bad("$optimized_out:string", Site::Entry).what.starts_with("memory for a string"));
         assert_eq!(ok("s=\\\"a:b\"").fetch, Fetch::ImmediateString(b"a:b".to_vec()));

@@ -127,11 +127,20 @@ pub fn signed(ty: &Type, v: u64) -> i64 {
     ty.sign_extend(v)
 }
 
-/// An `f32`/`f64` from its bits (shown as the shortest text that reads back the same number).
-pub fn float(ty: &Type, v: u64) -> f64 {
-    match ty.size {
-        4 => f64::from(f32::from_bits(v as u32)),
-        _ => f64::from_bits(v),
+/// An `f32`/`f64` from its bits, as the shortest text that reads back the same number of
+/// its type: positional from 1e-7 up to 1e21 (as JavaScript shows numbers), with an
+/// exponent outside (`5e-324`, `1e300`); `NaN`, `inf`, `-inf`. Whether it is finite.
+pub fn float(ty: &Type, v: u64) -> (String, bool) {
+    fn text<F: core::fmt::Display + core::fmt::LowerExp>(x: F, size: f64) -> (String, bool) {
+        let positional = size == 0.0 || !size.is_finite() || (1e-7..1e21).contains(&size);
+        (if positional { format!("{x}") } else { format!("{x:e}") }, size.is_finite())
+    }
+    if ty.size == 4 {
+        let x = f32::from_bits(v as u32);
+        text(x, f64::from(x).abs())
+    } else {
+        let x = f64::from_bits(v);
+        text(x, x.abs())
     }
 }
 
@@ -189,7 +198,7 @@ pub fn text_value(out: &mut Vec<u8>, ty: &Type, named: Option<&Named>, v: &Value
                 }
                 Base::Char => out.extend_from_slice(&[b'\'', v as u8, b'\'']),
                 Base::Symbol => out.extend_from_slice(syms.symbolize(v).as_bytes()),
-                Base::Float => out.extend_from_slice(float(ty, v).to_string().as_bytes()),
+                Base::Float => out.extend_from_slice(float(ty, v).0.as_bytes()),
                 Base::String => {}
             }
         }
@@ -251,8 +260,10 @@ pub fn json_value(out: &mut String, ty: &Type, named: Option<&Named>, v: &Value,
                     json_string(out, syms.symbolize(v).as_bytes());
                     Ok(())
                 }
-                Base::Float if float(ty, v).is_finite() => write!(out, "{}", float(ty, v)),
-                Base::Float => write!(out, "null"),
+                Base::Float => match float(ty, v) {
+                    (text, true) => write!(out, "{text}"),
+                    _ => write!(out, "null"),
+                },
                 Base::String => Ok(()),
             };
         }
@@ -441,6 +452,32 @@ mod tests {
             [Value::Num(5), Value::Str(b"hi".to_vec()), Value::Array(vec![Value::Fault, Value::Fault]), Value::Comm]
         );
         assert_eq!(decode(&a, &record(0, &p[..10])), None);
+    }
+
+    #[test]
+    fn floats_are_the_shortest_text_of_their_type() {
+        let f64s = [
+            (2.5, "2.5"),
+            (-1.125, "-1.125"),
+            (0.0, "0"),
+            (1e-7, "0.0000001"),
+            (123456789.5, "123456789.5"),
+            (1e21, "1e21"),
+            (-2.5e-8, "-2.5e-8"),
+            (f64::from_bits(1), "5e-324"),
+            (f64::MAX, "1.7976931348623157e308"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-inf"),
+        ];
+        for (x, text) in f64s {
+            let ty = parse("%xmm0:f64", 1, Site::Entry).unwrap().ty;
+            assert_eq!(float(&ty, x.to_bits()), (text.to_string(), x.is_finite()), "{x:?}");
+        }
+        let ty = parse("%xmm0:f32", 1, Site::Entry).unwrap().ty;
+        assert_eq!(float(&ty, u64::from(0.1f32.to_bits())).0, "0.1");
+        assert_eq!(float(&ty, u64::from(3.4e38f32.to_bits())).0, "3.4e38");
+        let line = text_of(&["d=%xmm0:f64"], &[Value::Num(f64::from_bits(1).to_bits())]);
+        assert!(line.trim_end().ends_with(" d=5e-324"), "{line}");
     }
 
     #[test]

@@ -32,10 +32,7 @@ fn word(regs: &PtRegs, i: u8) -> u64 {
 pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
     match f {
         Fetch::Reg(r) => Some(word(regs, r.0)),
-        Fetch::Xmm(n) => match thread::current().vectors.get() {
-            0 => None,
-            at => usercopy::read_u64(at + 16 * usize::from(*n)),
-        },
+        Fetch::Xmm(n) => xmm(*n),
         Fetch::StackPointer => Some(regs.rsp),
         Fetch::Stack(n) => usercopy::read_u64(regs.rsp as usize + 8 * *n as usize),
         Fetch::Retval => Some(regs.rax),
@@ -61,6 +58,24 @@ pub fn value(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
     }
 }
 
+/// The low 8 bytes of `%xmmN` as the hit saved them (None where they were not saved).
+fn xmm(n: u8) -> Option<u64> {
+    match thread::current().vectors.get() {
+        0 => None,
+        at => usercopy::read_u64(at + 16 * usize::from(n)),
+    }
+}
+
+/// A fetcharg's value where no memory is read at its last step: [`value`], but a `float` or
+/// `double` `$retval` is `%xmm0`'s.
+#[inline]
+pub fn arg_value(arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Option<u64> {
+    match arg.xmm() {
+        Some(n) => xmm(n),
+        None => value(&arg.fetch, regs, file_base),
+    }
+}
+
 /// The address a memory fetch reads at its last step.
 pub fn address(f: &Fetch, regs: &PtRegs, file_base: u64) -> Option<u64> {
     match f {
@@ -82,7 +97,7 @@ pub fn fetch_number(arg: &FetchArg, regs: &PtRegs, file_base: u64) -> Option<u64
             let mut b = [0u8; 8];
             usercopy::copy(&mut b[..usize::from(arg.ty.size).min(8)], at as usize).then(|| u64::from_le_bytes(b))
         }
-        f => value(f, regs, file_base),
+        _ => arg_value(arg, regs, file_base),
     }
 }
 

@@ -26,7 +26,7 @@ use crate::probe::stacks;
 use crate::trace::buffers::{self, Full, Writer};
 use crate::trace::events::{self, EntryProbe, Event, ReturnProbe};
 use crate::trace::fetch::{Base, Fetch, FetchArg};
-use crate::trace::read::{address, fetch_number, value};
+use crate::trace::read::{address, arg_value, fetch_number};
 use crate::trace::{clock, filter};
 
 /// The fixed part of every record; a return event's caller word follows it.
@@ -232,7 +232,7 @@ fn fetch_arg(w: &mut Writer, arg: &FetchArg, regs: &PtRegs, file_base: u64) -> R
             let at = match f {
                 Fetch::Memory(_) | Fetch::FileOffset(_) | Fetch::Deref { .. } => address(f, regs, file_base),
                 _ => {
-                    let v = value(f, regs, file_base);
+                    let v = arg_value(arg, regs, file_base);
                     w.put_u64(v.unwrap_or(0))?;
                     return Ok(v.is_some());
                 }

@@ -23,7 +23,6 @@ use crate::probe::{deferred, registry, semaphore};
 use crate::trace::def::{self, DefError, Definition, Kind, Place};
 use crate::trace::drain::{self, Format};
 use crate::trace::events::{self, EntryProbe, Event, Probe, ReturnProbe};
-use crate::trace::fetch::Fetch;
 use crate::trace::resolve::{resolve, where_at};
 use crate::trace::{buffers, clock, fetch, filter, quick, record};
 use uprobe_contracts::filter::{self as program, Program};
@@ -325,7 +324,7 @@ fn make_event(index: u32, t: &Target, s: &Source) -> Event {
     let u = Uprobe {
         pid: 0,
         // A probe that reads %xmmN has the vector registers saved, where the reads find them.
-        flags: match (s.handlers.vector_free, s.def.args.iter().any(|a| matches!(a.fetch, Fetch::Xmm(_)))) {
+        flags: match (s.handlers.vector_free, s.def.args.iter().any(|a| a.xmm().is_some())) {
             (_, true) => table::READS_XMM,
             (true, false) => UPROBE_NO_VECTORS,
             (false, false) => 0,

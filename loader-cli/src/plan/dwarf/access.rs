@@ -247,7 +247,7 @@ pub fn retval(name: Option<&str>, ret: Option<UnitOffset>, types: &Table, func: 
         }
         Some(Ty::Pointer { .. }) if types.is_char_pointer(ret) => "+0($retval):string".to_string(),
         Some(Ty::Pointer { .. }) => "$retval:x64".to_string(),
-        Some(Ty::Float { size: size @ (4 | 8) }) => format!("%xmm0:f{}", size * 8),
+        Some(Ty::Float { size: size @ (4 | 8) }) => format!("$retval:f{}", size * 8),
         Some(Ty::Float { .. }) => {
             return Err(format!(
                 "{func} returns {what}, which is returned in %st0: probes do not read the x87 registers"
