@@ -155,6 +155,9 @@ fn enums_show_their_enumerators_name() {
     let run = run_uprobe(&["--format", "json", "-e", "p is_blue c if c >= 5", s(&prog)]);
     let args: Vec<&str> = run.output.lines().filter_map(|l| l.split_once(r#""args":"#)).map(|(_, a)| a).collect();
     assert_eq!(args, [r#"{"c":"GREEN"}}"#, r#"{"c":"BLUE"}}"#, r#"{"c":7}}"#], "{}", run.output);
+    // A filter names an enumerator as the program does.
+    let run = run_uprobe(&["-e", "p is_blue c if c == GREEN || c == 7", s(&prog)]);
+    assert_eq!(run.records("is_blue"), ["c=GREEN", "c=7"], "{}", run.stderr);
     let out = Command::new(uprobe_run()).args(["--vars", "is_blue", s(&prog)]).output().unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("\t\tenum color\tc\t%di:u32{RED=0,GREEN=5,BLUE=6}\n"),

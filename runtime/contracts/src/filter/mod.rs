@@ -20,7 +20,7 @@ use thiserror::Error;
 pub use program::{compare_string, glob, Field, Fields, Node, NumOp, Program, StrOp, MAX_NODES, MAX_STRING};
 
 use crate::def::{Definition, Kind};
-use crate::fetch::{Base, Fetch};
+use crate::fetch::{Base, Fetch, Named};
 
 /// What is wrong, and at which byte of the filter's text.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub struct FieldInfo {
     pub shown: String,
     /// The width of a number in bits (a bitfield's width): the range its constants must fit.
     pub bits: u8,
+    /// Names a constant may give its value by (an enum's enumerators, `false` and `true` of
+    /// a `bool`), each with the number a comparison takes.
+    pub names: Vec<(String, u64)>,
 }
 
 /// The fields of events made from `def`: its fetchargs, `$retval` on a return event, and the
@@ -81,7 +84,15 @@ pub fn fields_of(def: &Definition) -> Vec<FieldInfo> {
             FieldType::Unsigned
         };
         let bits = a.ty.bitfield.map_or(a.ty.size.saturating_mul(8), |b| b.width);
-        out.push(FieldInfo { name: a.name.clone(), field: Field::Arg(i as u8), ty, shown: type_name(a), bits });
+        let number = |v: u64| if ty == FieldType::Signed { a.ty.sign_extend(v) as u64 } else { v };
+        let names = match (&a.named, ty) {
+            (Some(Named::Enum(values)), FieldType::Signed | FieldType::Unsigned) => {
+                values.iter().map(|(v, n)| (n.clone(), number(*v))).collect()
+            }
+            (Some(Named::Bool), FieldType::Unsigned) => vec![("false".into(), 0), ("true".into(), 1)],
+            _ => Vec::new(),
+        };
+        out.push(FieldInfo { name: a.name.clone(), field: Field::Arg(i as u8), ty, shown: type_name(a), bits, names });
     }
     if def.kind == Kind::Return {
         // `$retval` is the value as a fetcharg of it types it, else a 64-bit word.
@@ -94,6 +105,7 @@ pub fn fields_of(def: &Definition) -> Vec<FieldInfo> {
                 ty: FieldType::Unsigned,
                 shown: "x64".into(),
                 bits: 64,
+                names: Vec::new(),
             },
         };
         out.push(info);
@@ -105,7 +117,7 @@ pub fn fields_of(def: &Definition) -> Vec<FieldInfo> {
         ("cpu", Field::Cpu, FieldType::Unsigned, "u32", 32),
         ("common_cpu", Field::Cpu, FieldType::Unsigned, "u32", 32),
     ] {
-        out.push(FieldInfo { name: name.into(), field, ty, shown: shown.into(), bits });
+        out.push(FieldInfo { name: name.into(), field, ty, shown: shown.into(), bits, names: Vec::new() });
     }
     out
 }
@@ -360,14 +372,21 @@ impl Parser<'_, '_> {
                 };
                 let signed = ty == FieldType::Signed;
                 let bits = field.bits.clamp(1, 64);
-                let Some(v) = number(&text, signed).filter(|&v| fits_in(v, signed, bits)) else {
+                let named = field.names.iter().find(|(n, _)| *n == text).map(|&(_, v)| v);
+                let Some(v) = named.or_else(|| number(&text, signed).filter(|&v| fits_in(v, signed, bits))) else {
                     let range = if signed {
                         let max = (1u64 << (bits - 1)) - 1;
                         format!("a signed {bits}-bit number (-{} to {max})", max + 1)
                     } else {
                         format!("an unsigned {bits}-bit number (0 to {})", u64::MAX >> (64 - bits))
                     };
-                    return err(value_at, format!("{range} for {name} ({shown}), not {text}"));
+                    let names: Vec<&str> = field.names.iter().map(|(n, _)| n.as_str()).take(8).collect();
+                    let names = match field.names.len() {
+                        0 => String::new(),
+                        n if n > names.len() => format!(" or one of its names ({}, ...)", names.join(", ")),
+                        _ => format!(" or one of its names ({})", names.join(", ")),
+                    };
+                    return err(value_at, format!("{range}{names} for {name} ({shown}), not {text}"));
                 };
                 self.push(Node::Num { field: field.field, op, signed, value: v })
             }

@@ -218,3 +218,18 @@ fn constants_are_checked_against_the_width_of_their_field() {
     assert!(compile("$retval == 70000", &r).unwrap_err().what.starts_with("an unsigned 16-bit number"));
     assert!(compile("$retval == 0xffffffffffffffff", &fields("r t:f")).is_ok());
 }
+
+#[test]
+fn enumerators_and_bools_compare_by_name_or_number() {
+    let fields = fields("p t:f c=%di:s32{RED=0,GREEN=5,DOWN=-1} ok=%si:bool n=%dx:u8{A=200}");
+    let program = |text: &str| compile(text, &fields).unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert_eq!(program("c == GREEN"), program("c == 5"));
+    assert_eq!(program("c == DOWN"), program("c == -1"), "a signed enumerator as the sign-extended number");
+    assert_eq!(program("ok == true && n != A"), program("ok == 1 && n != 200"));
+    let e = compile("c == PURPLE", &fields).unwrap_err();
+    assert_eq!(
+        e.what,
+        "a signed 32-bit number (-2147483648 to 2147483647) or one of its names (RED, GREEN, DOWN) for c (s32), not PURPLE"
+    );
+    assert!(compile("n == true", &fields).is_err(), "a name of another field");
+}
