@@ -220,7 +220,9 @@ fn claim(pool: &'static Pool) -> Option<&'static Ring> {
     ring.pid.store(PID.load(Ordering::Relaxed), Ordering::Relaxed);
     ring.generation.fetch_add(1, Ordering::Release);
     set_mine(i as u32 + 1);
-    // The drain thread faults the first pages in while this thread writes its first records.
+    // The drain thread faults the next pages in while this thread writes its first records;
+    // the first page is in before the first record (an entry's time is read after this).
+    ring.fault_first_page();
     wake_drain();
     Some(ring)
 }

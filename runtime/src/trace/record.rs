@@ -94,7 +94,9 @@ fn admitted(ev: &Event, regs: &PtRegs) -> bool {
 
 #[inline(always)]
 fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
-    let (clock, cpu) = clock::now();
+    // A return's time is its first thing; an entry's is read once the thread has its ring (a
+    // thread's first record claims one and faults its pages in, which is no part of the call).
+    let at_return = (caller != 0).then(clock::now);
     if buffers::closed() || !filter::take_record() {
         return;
     }
@@ -102,6 +104,7 @@ fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
         ev.dropped.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         return;
     };
+    let (clock, cpu) = at_return.unwrap_or_else(clock::now);
     let header = Header { index, clock, addr, caller, cpu };
     let mut w = ring.writer(false);
     // A record of numbers only is written here, inlined: no writer handed to a call.

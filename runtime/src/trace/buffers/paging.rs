@@ -52,14 +52,26 @@ impl Ring {
     /// (hit path): wakes the drain thread, which empties the ring and faults pages in ahead;
     /// a drain thread too busy to do so in time leaves the owner to fault in the next
     /// [`OWN_CHUNK`] itself, one system call where each page would have faulted.
+    ///
+    /// Not in the first [`OWN_MARGIN`] bytes: a thread's first records do not wait for a
+    /// whole chunk (about 130 us here, inside the call an entry record begins to time) while
+    /// the drain thread, woken when the ring was claimed, is faulting them in.
     #[cold]
     pub(super) fn after_commit(&self, at: usize, faulted: usize, size: usize) {
         wake_drain();
-        if faulted < size && at + OWN_MARGIN > faulted {
+        if faulted < size && at + OWN_MARGIN > faulted && at >= OWN_MARGIN {
             let from = faulted.max(sys::page_floor(at));
             let until = (sys::page_ceil(at) + OWN_CHUNK).min(size);
             sys::populate_write(self.data + from, until - from);
             self.paging.0.faulted.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Faults in the ring's first page, if no page is in (its owner, at the claim).
+    pub(super) fn fault_first_page(&self) {
+        if self.paging.0.faulted.load(Ordering::Relaxed) == 0 {
+            sys::populate_write(self.data, sys::PAGE_SIZE.min(ring_size()));
+            self.paging.0.faulted.fetch_max(sys::PAGE_SIZE.min(ring_size()), Ordering::Relaxed);
         }
     }
 
