@@ -73,3 +73,22 @@ fn a_batch_with_bad_probes_places_the_good_ones_and_refuses_each_bad_one() {
     );
     assert!(run.output.contains("register_uprobe(no_such_function): symbol \"no_such_function\" not found"));
 }
+
+#[test]
+fn a_probe_where_no_symbol_is_named_by_its_file_and_address() {
+    // A stripped copy: myfunc has no symbol, its .eh_frame entry still makes it a function.
+    let prog = myprog();
+    let stripped = tempfile("myprog-stripped");
+    let out = std::process::Command::new("strip").arg("-s").arg("-o").arg(&stripped).arg(&prog).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vaddr = nm_address(&prog, "myfunc");
+    // Not PIE: the file offset is the address less the first segment's 0x400000.
+    let def = format!("p {}:{:#x}", stripped.display(), vaddr - 0x400000);
+    let run = run_uprobe(&["-v", "-e", &def, stripped.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", run.stderr);
+    let file = stripped.file_name().unwrap().to_str().unwrap();
+    let how = if int3_only() { "int3 (jump probes disabled (--no-optimize))" } else { "jump" };
+    let line = format!("uprobe-run: probe at {vaddr:#x} ({file}+{vaddr:#x}): {how}");
+    assert!(run.output.lines().chain(run.stderr.lines()).any(|l| l == line), "{line}\n{}\n{}", run.output, run.stderr);
+    let _ = std::fs::remove_file(&stripped);
+}

@@ -195,7 +195,7 @@ pub(super) fn flush(st: &mut State) -> Vec<(Consumer, RegisterError)> {
                     WriteError::Patch(source) => RegisterError::Patch { addr, source: *source },
                     WriteError::TrapUnsafe(why) => RegisterError::TrapUnsafe {
                         addr,
-                        function: st.view.symbolize(addr).unwrap_or_default(),
+                        function: st.view.name_of(addr),
                         blocked: c.pp.trap_unsafe.unwrap_or_default(),
                         why: why.to_string(),
                     },
@@ -362,7 +362,7 @@ pub(super) fn place(st: &mut State, consumer: Consumer, addr: usize) -> Result<(
     // SAFETY: the object is valid (caller) and owned by the registry until unregistered.
     unsafe { (*consumer.placement()).vaddr = addr as _ };
     if VERBOSE.load(Ordering::Relaxed) {
-        let name = st.view.symbolize(addr).unwrap_or_default();
+        let name = st.view.name_of(addr);
         st.batch.verbose.push((addr, name));
     }
     if write {
@@ -413,7 +413,7 @@ pub fn unregister_all(consumers: &[Consumer]) {
     let emptied: Vec<&'static ProbePoint> =
         lists.iter().filter(|(_, probes)| probes.is_empty()).filter_map(|(&addr, _)| table::lookup(addr)).collect();
     for pp in &emptied {
-        if let Some(line) = pp.changed_message(|| st.view.symbolize(pp.addr).unwrap_or_default()) {
+        if let Some(line) = pp.changed_message(|| st.view.name_of(pp.addr)) {
             output::message(format_args!("{line}"));
         }
     }
@@ -478,6 +478,11 @@ pub fn consumers() -> Vec<Consumer> {
 /// `symbol+0xoff` for a run-time code address, where a symbol covers it.
 pub fn symbolize(addr: usize) -> Option<String> {
     state().view.symbolize(addr)
+}
+
+/// What messages call the code at `addr` (`View::name_of`): never empty.
+pub fn name_of(addr: usize) -> String {
+    state().view.name_of(addr)
 }
 
 /// Like [`symbolize`], but None at once where the registry is busy (its holder may be the very

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::base::output;
-use crate::probe::registry::{self, symbolize};
+use crate::probe::registry::{self, name_of};
 use crate::probe::retprobe;
 use crate::probe::table;
 
@@ -18,7 +18,7 @@ use crate::probe::table;
 /// runs, which cannot be prevented from here).
 pub fn report_changed_sites() {
     for pp in table::points().filter(|pp| pp.is_armed() && !pp.queued.load(Ordering::SeqCst)) {
-        if let Some(line) = pp.changed_message(|| symbolize(pp.addr).unwrap_or_default()) {
+        if let Some(line) = pp.changed_message(|| name_of(pp.addr)) {
             output::message(format_args!("{line}"));
         }
     }
@@ -30,7 +30,7 @@ pub fn report_missed() {
     for pp in table::points() {
         let missed = pp.missed.load(Ordering::Relaxed);
         if missed > 0 {
-            let name = symbolize(pp.addr).unwrap_or_default();
+            let name = name_of(pp.addr);
             output::message(format_args!(
                 "probe at {:#x} ({name}): {missed} hits ran no handler (they came from a handler or from the runtime itself)",
                 pp.addr
@@ -50,7 +50,7 @@ pub fn report_returns() {
         let pending = retprobe::pending_here(rp);
         let total = gone + child + thread + pending;
         if total > 0 {
-            let name = symbolize(addr).unwrap_or_default();
+            let name = name_of(addr);
             output::message(format_args!(
                 "stats: return probe at {addr:#x} ({name}) in pid {}: {total} calls did not return ({pending} pending at exit, {gone} left by longjmp or an exception or on a stack that is gone, {child} in children that exec'd, {thread} at thread exit)",
                 crate::base::sys::getpid()

@@ -204,6 +204,22 @@ impl View {
         }
     }
 
+    /// What messages call the code at `addr`: [`View::symbolize`]'s `symbol+0xoff`, else
+    /// `FILE+0xADDR` with the module's own address (as `nm` and `objdump` number it), else
+    /// the address.
+    pub fn name_of(&mut self, addr: usize) -> String {
+        if let Some(name) = self.symbolize(addr) {
+            return name;
+        }
+        match self.module_at(addr) {
+            Some((module, _, bias)) => {
+                let file = module.path.rsplit('/').next().unwrap_or_default();
+                format!("{file}+{:#x}", addr.wrapping_sub(bias))
+            }
+            None => format!("{addr:#x}"),
+        }
+    }
+
     /// The function at `start` (in the module holding `addr`) if glibc runs it with every
     /// signal blocked (`traps`), with where; IFUNCs count by the implementation chosen.
     pub fn trap_unsafe(&mut self, addr: usize, start: usize) -> Option<(&'static str, &'static str)> {
