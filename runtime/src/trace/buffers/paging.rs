@@ -69,9 +69,10 @@ impl Ring {
 
     /// Faults in the ring's first page, if no page is in (its owner, at the claim).
     pub(super) fn fault_first_page(&self) {
+        let page = sys::PAGE_SIZE.min(ring_size());
         if self.paging.0.faulted.load(Ordering::Relaxed) == 0 {
-            sys::populate_write(self.data, sys::PAGE_SIZE.min(ring_size()));
-            self.paging.0.faulted.fetch_max(sys::PAGE_SIZE.min(ring_size()), Ordering::Relaxed);
+            sys::populate_write(self.data, page);
+            self.paging.0.faulted.fetch_max(page, Ordering::Relaxed);
         }
     }
 
