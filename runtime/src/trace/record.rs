@@ -95,7 +95,7 @@ fn admitted(ev: &Event, regs: &PtRegs) -> bool {
 #[inline(always)]
 fn record(ev: &Event, index: u32, regs: &PtRegs, addr: u64, caller: u64) {
     // A return's time is its first thing; an entry's is read once the thread has its ring (a
-    // thread's first record claims one and faults its pages in, which is no part of the call).
+    // thread's first record claims one and faults its first page in: no part of the call).
     let at_return = (caller != 0).then(clock::now);
     if buffers::closed() || !filter::take_record() {
         return;

@@ -380,11 +380,14 @@ impl Parser<'_, '_> {
                     } else {
                         format!("an unsigned {bits}-bit number (0 to {})", u64::MAX >> (64 - bits))
                     };
-                    let names: Vec<&str> = field.names.iter().map(|(n, _)| n.as_str()).take(8).collect();
-                    let names = match field.names.len() {
-                        0 => String::new(),
-                        n if n > names.len() => format!(" or one of its names ({}, ...)", names.join(", ")),
-                        _ => format!(" or one of its names ({})", names.join(", ")),
+                    let mut names: Vec<&str> = field.names.iter().map(|(n, _)| n.as_str()).take(8).collect();
+                    if field.names.len() > names.len() {
+                        names.push("...");
+                    }
+                    let names = if names.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" or one of its names ({})", names.join(", "))
                     };
                     return err(value_at, format!("{range}{names} for {name} ({shown}), not {text}"));
                 };
